@@ -1,0 +1,174 @@
+//! Fixed on-disk headers. The byte layouts are drawn in `wal/FORMAT.md`; every struct here is
+//! `#[repr(C)]`, unaligned little-endian fields only (no padding), with a compile-time size
+//! assertion.
+
+use xxhash_rust::xxh3::Xxh3;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::ids::{TabletId, MAX_TABLET_ID_LEN};
+use crate::pos::WalPos;
+
+/// First 8 bytes of every segment file.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"TIDEWAL\0";
+/// Segment format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Segment header: 128 bytes at offset 0 of every segment file.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct SegmentHeader {
+    pub magic: [u8; 8],
+    pub version: U32,
+    /// Length of this header; records start here.
+    pub header_len: U32,
+    /// Logical position of the first record in this segment.
+    pub first_pos: U64,
+    /// Size the file was preallocated to.
+    pub segment_size: U64,
+    pub tablet_len: U16,
+    pub reserved0: [u8; 6],
+    pub tablet: [u8; MAX_TABLET_ID_LEN],
+    pub reserved1: [u8; 16],
+    /// xxh3-64 of bytes 0..120.
+    pub checksum: U64,
+}
+pub const SEGMENT_HEADER_LEN: usize = 128;
+const _: () = assert!(size_of::<SegmentHeader>() == SEGMENT_HEADER_LEN);
+
+impl SegmentHeader {
+    pub fn new(tablet: &TabletId, first_pos: WalPos, segment_size: u64) -> SegmentHeader {
+        let mut t = [0u8; MAX_TABLET_ID_LEN];
+        let tb = tablet.as_str().as_bytes();
+        t[..tb.len()].copy_from_slice(tb);
+        let mut h = SegmentHeader {
+            magic: SEGMENT_MAGIC,
+            version: U32::new(FORMAT_VERSION),
+            header_len: U32::new(SEGMENT_HEADER_LEN as u32),
+            first_pos: U64::new(first_pos.0),
+            segment_size: U64::new(segment_size),
+            tablet_len: U16::new(tb.len() as u16),
+            reserved0: [0; 6],
+            tablet: t,
+            reserved1: [0; 16],
+            checksum: U64::new(0),
+        };
+        h.checksum = U64::new(h.compute_checksum());
+        h
+    }
+
+    pub fn compute_checksum(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&self.as_bytes()[..SEGMENT_HEADER_LEN - 8])
+    }
+
+    /// Checks magic, version, checksum and lengths; returns the reason it is invalid.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.magic != SEGMENT_MAGIC {
+            return Err(format!("bad segment magic {:02x?}, expected {:02x?}", self.magic, SEGMENT_MAGIC));
+        }
+        if self.version.get() != FORMAT_VERSION {
+            return Err(format!(
+                "unsupported segment format version {}, this build reads version {FORMAT_VERSION}",
+                self.version.get()
+            ));
+        }
+        if self.checksum.get() != self.compute_checksum() {
+            return Err("segment header checksum mismatch".into());
+        }
+        if self.header_len.get() as usize != SEGMENT_HEADER_LEN {
+            return Err(format!("segment header length {} is not {SEGMENT_HEADER_LEN}", self.header_len.get()));
+        }
+        if self.tablet_len.get() as usize > MAX_TABLET_ID_LEN || self.tablet_len.get() == 0 {
+            return Err(format!("tablet id length {} out of range", self.tablet_len.get()));
+        }
+        Ok(())
+    }
+
+    pub fn tablet_str(&self) -> &[u8] {
+        let n = (self.tablet_len.get() as usize).min(MAX_TABLET_ID_LEN);
+        &self.tablet[..n]
+    }
+}
+
+/// Record kinds (byte 12 of the record header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    Write = 1,
+    Intent = 2,
+    Commit = 3,
+    Abort = 4,
+    Heartbeat = 5,
+}
+
+impl Kind {
+    pub fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Write,
+            2 => Kind::Intent,
+            3 => Kind::Commit,
+            4 => Kind::Abort,
+            5 => Kind::Heartbeat,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Write => "write",
+            Kind::Intent => "intent",
+            Kind::Commit => "commit",
+            Kind::Abort => "abort",
+            Kind::Heartbeat => "heartbeat",
+        }
+    }
+}
+
+/// Record flag: the body carries a trx id.
+pub const FLAG_TRX_ID: u8 = 1;
+/// Record flag: the body carries a gtid.
+pub const FLAG_GTID: u8 = 2;
+pub const KNOWN_FLAGS: u8 = FLAG_TRX_ID | FLAG_GTID;
+
+/// Record header: 32 bytes in front of every record body.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct RecordHeader {
+    /// xxh3-64 over header bytes 8..32 followed by the body.
+    pub checksum: U64,
+    /// Body length in bytes (the record occupies 32 + len bytes).
+    pub len: U32,
+    pub kind: u8,
+    pub flags: u8,
+    pub reserved: U16,
+    pub ht: U64,
+    /// The record's own logical position: catches misplaced or stale bytes.
+    pub pos: U64,
+}
+pub const RECORD_HEADER_LEN: usize = 32;
+const _: () = assert!(size_of::<RecordHeader>() == RECORD_HEADER_LEN);
+
+impl RecordHeader {
+    /// Checksum of a header (its bytes 8..32) and body.
+    pub fn compute_checksum(&self, body: &[u8]) -> u64 {
+        let mut h = Xxh3::new();
+        h.update(&self.as_bytes()[8..]);
+        h.update(body);
+        h.digest()
+    }
+}
+
+/// Longest key in an op.
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+/// Longest value in an op.
+pub const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
+/// Longest record body.
+pub const MAX_BODY_LEN: usize = 16 * 1024 * 1024;
+/// Most participants a commit may name.
+pub const MAX_PARTICIPANTS: usize = 4096;
+/// Value-length marker of a deleting op (tombstone).
+pub const TOMBSTONE: u32 = u32::MAX;
+
+/// Smallest segment size accepted.
+pub const MIN_SEGMENT_SIZE: u64 = 4096;
+/// Default segment size.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 * 1024 * 1024;
