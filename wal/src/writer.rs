@@ -1,1 +1,540 @@
-//! (in progress)
+//! The tablet log `Writer`: appends records into a memory-mapped, preallocated segment,
+//! commits them (visible to tailers) and makes them durable per the sync policy.
+//!
+//! ```text
+//!   append ──► staged (in the mapping, not published)
+//!   commit ──► written_pos  (control file; tailers may read up to here on request)
+//!          ──► durable_pos  always: msync now
+//!                           batch: msync by the flusher thread every `batch_interval`,
+//!                                  or at once when `batch_bytes` are pending
+//!                           none:  declared durable at once (no sync; a machine crash may
+//!                                  lose it)
+//! ```
+//!
+//! One writer per tablet (an exclusive `flock` on the control file); many tablets may be
+//! written concurrently from different threads, each with its own `Writer`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::control::ControlFile;
+use crate::error::{Error, Result};
+use crate::format::{DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::fsutil;
+use crate::ids::TabletId;
+use crate::pos::WalPos;
+use crate::record::Record;
+use crate::recovery::{self, RecoveryReport};
+use crate::retention::{self, RetentionReport};
+use crate::segment::{self, MappedSegment};
+use crate::time::HybridTime;
+
+/// When a commit becomes durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// msync before `commit` returns.
+    Always,
+    /// Group commit: synced by a flusher within `batch_interval`, or once `batch_bytes` pend.
+    #[default]
+    Batch,
+    /// Never synced by the writer; `durable_pos` follows `written_pos`.
+    None,
+}
+
+impl fmt::Display for SyncPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SyncPolicy::Always => "always",
+            SyncPolicy::Batch => "batch",
+            SyncPolicy::None => "none",
+        })
+    }
+}
+
+impl FromStr for SyncPolicy {
+    type Err = crate::ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "always" => Ok(SyncPolicy::Always),
+            "batch" => Ok(SyncPolicy::Batch),
+            "none" => Ok(SyncPolicy::None),
+            _ => Err(crate::ParseError::new("sync policy", s, "expected always, batch or none")),
+        }
+    }
+}
+
+/// Writer options.
+#[derive(Clone, Debug)]
+pub struct WalOptions {
+    /// Size each segment file is preallocated to. Default 64 MiB.
+    pub segment_size: u64,
+    /// Group-commit interval for [`SyncPolicy::Batch`]. Default 5 ms.
+    pub batch_interval: Duration,
+    /// Pending bytes that make a batch commit sync at once. Default 4 MiB.
+    pub batch_bytes: u64,
+    /// Oldest segments go past this many retained bytes even when not acked; readers that
+    /// want them get [`Error::Truncated`]. Default: no limit.
+    pub max_retained_bytes: Option<u64>,
+    /// Verify every sealed segment on open, not only the last one. Default false.
+    pub verify_on_open: bool,
+}
+
+impl Default for WalOptions {
+    fn default() -> Self {
+        WalOptions {
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            batch_interval: Duration::from_millis(5),
+            batch_bytes: 4 << 20,
+            max_retained_bytes: None,
+            verify_on_open: false,
+        }
+    }
+}
+
+impl WalOptions {
+    pub fn validate(&self) -> Result<()> {
+        if self.segment_size < MIN_SEGMENT_SIZE {
+            return Err(Error::Config(format!(
+                "segment size {} is below the minimum {MIN_SEGMENT_SIZE}",
+                self.segment_size
+            )));
+        }
+        if self.segment_size > (1 << 40) {
+            return Err(Error::Config(format!("segment size {} is above 1 TiB", self.segment_size)));
+        }
+        if self.batch_interval.is_zero() {
+            return Err(Error::Config("batch interval must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Sync state shared with the batch flusher.
+#[derive(Debug)]
+struct SyncState {
+    /// Segments that may hold unsynced bytes, oldest first; the last is the active one.
+    segs: Vec<Arc<MappedSegment>>,
+    synced: WalPos,
+    written: WalPos,
+    shutdown: bool,
+    /// A failed sync poisons the writer: nothing after it can be claimed durable.
+    failed: Option<String>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<SyncState>,
+    wake: Condvar,
+    control: ControlFile,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, SyncState> {
+        // A panic while holding the lock leaves consistent data (plain positions).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// msync everything below `to` and publish it as durable.
+    fn sync_to(&self, to: WalPos) -> Result<()> {
+        let (from, segs) = {
+            let st = self.lock();
+            if let Some(f) = &st.failed {
+                return Err(poisoned(f));
+            }
+            if st.synced >= to {
+                return Ok(());
+            }
+            (st.synced, st.segs.clone())
+        };
+        for seg in &segs {
+            let lo = from.max(seg.first);
+            let hi = to.min(seg.limit());
+            if lo < hi {
+                if let Err(e) = seg.sync_range(lo.since(seg.first) as usize, hi.since(seg.first) as usize) {
+                    let mut st = self.lock();
+                    st.failed = Some(e.to_string());
+                    tracing::error!(error = %e, "WAL sync failed; the writer is poisoned");
+                    return Err(e);
+                }
+            }
+        }
+        let mut st = self.lock();
+        if to > st.synced {
+            st.synced = to;
+        }
+        // Sealed segments wholly below `synced` need no more syncing.
+        while st.segs.len() > 1 && st.segs[0].limit() <= st.synced {
+            st.segs.remove(0);
+        }
+        drop(st);
+        self.control.raise_durable(to);
+        Ok(())
+    }
+}
+
+fn poisoned(reason: &str) -> Error {
+    Error::io(
+        "sync",
+        PathBuf::new(),
+        std::io::Error::other(format!("an earlier WAL sync failed ({reason}); the writer must be reopened")),
+    )
+}
+
+/// Appends records to one tablet's log.
+#[derive(Debug)]
+pub struct Writer {
+    tablet: TabletId,
+    dir: PathBuf,
+    opts: WalOptions,
+    shared: Arc<Shared>,
+    active: Arc<MappedSegment>,
+    /// First positions of all retained segments, ascending; the last is `active`.
+    segments: Vec<WalPos>,
+    /// Offset in the active record area where the next record goes.
+    off: usize,
+    committed: WalPos,
+    staged_ht: Option<HybridTime>,
+    committed_ht: Option<HybridTime>,
+    flusher: Option<JoinHandle<()>>,
+    report: RecoveryReport,
+}
+
+impl Writer {
+    /// Opens (creating if needed) the log of `tablet` under `wal_dir/<tablet>/`, recovering it.
+    pub fn open(wal_dir: &Path, tablet: &TabletId, opts: WalOptions) -> Result<Writer> {
+        opts.validate()?;
+        let dir = wal_dir.join(tablet.as_str());
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+            fsutil::fsync_dir(wal_dir)?;
+        }
+        let Some((control, prev)) = ControlFile::open_locked(&dir)? else {
+            return Err(Error::Locked {
+                tablet: tablet.clone(),
+                path: dir,
+            });
+        };
+        let rec = recovery::recover(&dir, tablet, prev, opts.segment_size, opts.verify_on_open, true)?;
+        let report = rec.report;
+        control.reset(report.oldest, report.end);
+        tracing::info!(
+            tablet = %tablet, end = %report.end, segments = report.segments,
+            dropped = report.dropped_bytes, "WAL opened"
+        );
+        let active = Arc::new(rec.active);
+        active.advise_sequential();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(SyncState {
+                segs: vec![active.clone()],
+                synced: report.end,
+                written: report.end,
+                shutdown: false,
+                failed: None,
+            }),
+            wake: Condvar::new(),
+            control,
+        });
+        Ok(Writer {
+            tablet: tablet.clone(),
+            dir,
+            opts,
+            shared,
+            active,
+            segments: rec.segments,
+            off: rec.active_off,
+            committed: report.end,
+            staged_ht: report.last_ht,
+            committed_ht: report.last_ht,
+            flusher: None,
+            report,
+        })
+    }
+
+    pub fn tablet(&self) -> &TabletId {
+        &self.tablet
+    }
+
+    /// The tablet's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What recovery found when this writer opened the log.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// End of the staged records (where the next append goes).
+    pub fn staged_pos(&self) -> WalPos {
+        self.active.first.add(self.off as u64)
+    }
+
+    /// End of the committed records.
+    pub fn written_pos(&self) -> WalPos {
+        self.committed
+    }
+
+    /// End of the records on stable storage (or declared so by `SyncPolicy::None`).
+    pub fn durable_pos(&self) -> WalPos {
+        self.shared.control.durable()
+    }
+
+    /// The ht of the last staged record.
+    pub fn last_ht(&self) -> Option<HybridTime> {
+        self.staged_ht
+    }
+
+    /// First position still retained.
+    pub fn oldest_pos(&self) -> WalPos {
+        self.segments.first().copied().unwrap_or(self.active.first)
+    }
+
+    /// Stages `rec`; returns its position. Refused, with nothing written, when its ht is not
+    /// greater than the previous record's or it exceeds a size limit.
+    pub fn append(&mut self, rec: &Record) -> Result<WalPos> {
+        if let Some(last) = self.staged_ht {
+            if rec.ht <= last {
+                return Err(Error::NonMonotonicHt {
+                    tablet: self.tablet.clone(),
+                    ht: rec.ht,
+                    last,
+                });
+            }
+        }
+        let total = RECORD_HEADER_LEN + rec.encoded_body_len()?;
+        let max = self.opts.segment_size as usize - SEGMENT_HEADER_LEN;
+        if total > max {
+            return Err(Error::TooLarge {
+                what: "record (for this segment size)",
+                len: total,
+                max,
+            });
+        }
+        if self.off + total > self.active.capacity {
+            self.rotate()?;
+        }
+        let pos = self.staged_pos();
+        // SAFETY: we hold the tablet lock and `&mut self`; the range is unstaged space.
+        let dst = unsafe { self.active.data_mut(self.off, total) };
+        rec.encode_at(pos, dst);
+        self.off += total;
+        self.staged_ht = Some(rec.ht);
+        Ok(pos)
+    }
+
+    /// Drops the staged, uncommitted records (their bytes are zeroed).
+    pub fn rollback(&mut self) {
+        let committed_off = self.committed.since(self.active.first) as usize;
+        if self.committed >= self.active.first && self.off > committed_off {
+            // SAFETY: as in `append`; the range is staged, unpublished space.
+            unsafe { self.active.data_mut(committed_off, self.off - committed_off) }.fill(0);
+            self.off = committed_off;
+        }
+        self.staged_ht = self.committed_ht;
+    }
+
+    /// Publishes the staged records to tailers and makes them durable per `sync`.
+    /// Returns the new written position.
+    pub fn commit(&mut self, sync: SyncPolicy) -> Result<WalPos> {
+        let end = self.staged_pos();
+        self.committed = end;
+        self.committed_ht = self.staged_ht;
+        self.shared.control.set_written(end);
+        match sync {
+            SyncPolicy::None => {
+                let mut st = self.shared.lock();
+                if let Some(f) = &st.failed {
+                    return Err(poisoned(f));
+                }
+                st.written = end;
+                st.synced = st.synced.max(end);
+                drop(st);
+                self.shared.control.raise_durable(end);
+            }
+            SyncPolicy::Always => {
+                self.shared.lock().written = end;
+                self.shared.sync_to(end)?;
+            }
+            SyncPolicy::Batch => {
+                self.ensure_flusher();
+                let mut st = self.shared.lock();
+                if let Some(f) = &st.failed {
+                    return Err(poisoned(f));
+                }
+                st.written = end;
+                let pending = end.since(st.synced);
+                drop(st);
+                if pending >= self.opts.batch_bytes {
+                    self.shared.wake.notify_all();
+                }
+            }
+        }
+        Ok(end)
+    }
+
+    /// Makes everything committed durable now.
+    pub fn sync(&mut self) -> Result<WalPos> {
+        self.shared.sync_to(self.committed)?;
+        Ok(self.committed)
+    }
+
+    /// Blocks until `durable_pos ≥ pos` or `timeout`; returns whether it got there.
+    pub fn wait_durable(&self, pos: WalPos, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.shared.lock();
+        loop {
+            if st.synced >= pos || st.failed.is_some() {
+                return st.synced >= pos;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            self.shared.wake.notify_all();
+            st = self
+                .shared
+                .wake
+                .wait_timeout(st, (deadline - now).min(self.opts.batch_interval))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+    }
+
+    fn ensure_flusher(&mut self) {
+        if self.flusher.is_some() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let interval = self.opts.batch_interval;
+        let batch_bytes = self.opts.batch_bytes;
+        let tablet = self.tablet.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("wal-flush-{tablet}"))
+            .spawn(move || flusher_loop(&shared, interval, batch_bytes));
+        match h {
+            Ok(h) => self.flusher = Some(h),
+            Err(e) => tracing::error!(tablet = %self.tablet, error = %e, "cannot start the WAL flusher; batch commits sync at the next commit"),
+        }
+    }
+
+    /// Seals the active segment and starts a new one at the staged position.
+    fn rotate(&mut self) -> Result<()> {
+        let first = self.staged_pos();
+        fail::fail_point!("wal::rotate::err", |_| Err(Error::io(
+            "rotate",
+            &self.dir,
+            std::io::Error::other("failpoint wal::rotate::err")
+        )));
+        let seg = Arc::new(MappedSegment::create(
+            &self.dir,
+            &self.tablet,
+            first,
+            self.opts.segment_size,
+            true,
+        )?);
+        seg.advise_sequential();
+        self.shared.lock().segs.push(seg.clone());
+        self.active = seg;
+        self.segments.push(first);
+        self.off = 0;
+        if let Err(e) = self.enforce_retention() {
+            tracing::warn!(tablet = %self.tablet, error = %e, "retention failed; segments kept");
+        }
+        Ok(())
+    }
+
+    /// Deletes sealed segments the shipper has acknowledged, and the oldest ones past
+    /// `max_retained_bytes`. Never the active segment.
+    pub fn enforce_retention(&mut self) -> Result<RetentionReport> {
+        let acked = retention::read_acked(&self.dir)?;
+        let plan = retention::plan(&self.segments, self.committed, acked, self.opts.max_retained_bytes);
+        if plan.delete == 0 {
+            return Ok(RetentionReport {
+                retained_bytes: self.committed.since(self.oldest_pos()),
+                ..Default::default()
+            });
+        }
+        let new_oldest = self.segments[plan.delete];
+        // Readers learn the new oldest position before the files go.
+        self.shared.control.set_oldest(new_oldest);
+        let mut report = RetentionReport::default();
+        for (k, first) in self.segments.drain(..plan.delete).enumerate() {
+            let path = self.dir.join(segment::segment_file_name(first));
+            std::fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))?;
+            if k >= plan.acked_whole {
+                tracing::warn!(tablet = %self.tablet, file = %path.display(), acked = ?acked,
+                    "deleting an unacked segment: max_retained_bytes exceeded; the target will need a bootstrap");
+                report.forced.push(path);
+            } else {
+                report.deleted.push(path);
+            }
+        }
+        fsutil::fsync_dir(&self.dir)?;
+        report.retained_bytes = self.committed.since(new_oldest);
+        Ok(report)
+    }
+
+    /// Commits nothing new, syncs what is committed, and stops the flusher.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced {
+            self.shared.sync_to(self.committed)
+        } else {
+            Ok(())
+        };
+        self.shared.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        if let Some(h) = self.flusher.take() {
+            let _ = h.join();
+        }
+        r
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Staged, uncommitted records are not published; committed ones are synced when a
+        // batch flush is pending, so a clean close leaves nothing undurable.
+        if let Err(e) = self.shutdown() {
+            tracing::error!(tablet = %self.tablet, error = %e, "final WAL sync failed");
+        }
+    }
+}
+
+/// The batch flusher: syncs pending commits once `interval` has passed since the previous
+/// sync, or at once when `batch_bytes` are pending. Every wait is bounded by `interval`.
+fn flusher_loop(shared: &Shared, interval: Duration, batch_bytes: u64) {
+    let mut last_sync = Instant::now();
+    let mut st = shared.lock();
+    loop {
+        if st.shutdown || st.failed.is_some() {
+            return;
+        }
+        let pending = st.written.since(st.synced);
+        let due = last_sync + interval;
+        let now = Instant::now();
+        if pending > 0 && (now >= due || pending >= batch_bytes) {
+            let target = st.written;
+            drop(st);
+            // A failure poisons the writer inside sync_to; the next commit reports it.
+            let _ = shared.sync_to(target);
+            last_sync = Instant::now();
+            shared.wake.notify_all();
+            st = shared.lock();
+            continue;
+        }
+        let wait = if pending > 0 { due - now } else { interval };
+        st = shared
+            .wake
+            .wait_timeout(st, wait)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
