@@ -48,7 +48,10 @@ fn initial_bytes(pos: WalPos) -> Vec<u8> {
 
 fn validate(bytes: &[u8], path: &Path) -> Result<()> {
     let problem = if bytes.len() < CONTROL_SIZE {
-        Some(format!("control file is {} bytes, expected {CONTROL_SIZE}", bytes.len()))
+        Some(format!(
+            "control file is {} bytes, expected {CONTROL_SIZE}",
+            bytes.len()
+        ))
     } else if bytes[..8] != CONTROL_MAGIC {
         Some("bad control file magic".to_string())
     } else if bytes[8..12] != CONTROL_VERSION.to_le_bytes() {
@@ -88,7 +91,9 @@ impl ControlFile {
     /// Returns the file and, when it was valid, the positions it held before.
     /// `Ok(None)` when another writer holds the lock.
     #[allow(clippy::type_complexity)]
-    pub(crate) fn open_locked(dir: &Path) -> Result<Option<(ControlFile, Option<(WalPos, WalPos)>)>> {
+    pub(crate) fn open_locked(
+        dir: &Path,
+    ) -> Result<Option<(ControlFile, Option<(WalPos, WalPos)>)>> {
         let path = dir.join(CONTROL_FILE);
         if !path.exists() {
             fsutil::write_atomic(&path, &initial_bytes(WalPos::ZERO))?;
@@ -101,24 +106,43 @@ impl ControlFile {
         if !fsutil::try_lock_exclusive(&file, &path)? {
             return Ok(None);
         }
-        let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len();
         let mut head = vec![0u8; CONTROL_SIZE];
         let n = fsutil::read_at_most(&file, &path, &mut head, 0)?;
         head.truncate(n);
         let previous = if len as usize == CONTROL_SIZE && validate(&head, &path).is_ok() {
-            let w = u64::from_le_bytes(head[OFF_WRITTEN..OFF_WRITTEN + 8].try_into().unwrap_or([0; 8]));
-            let d = u64::from_le_bytes(head[OFF_DURABLE..OFF_DURABLE + 8].try_into().unwrap_or([0; 8]));
+            let w = u64::from_le_bytes(
+                head[OFF_WRITTEN..OFF_WRITTEN + 8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
+            let d = u64::from_le_bytes(
+                head[OFF_DURABLE..OFF_DURABLE + 8]
+                    .try_into()
+                    .unwrap_or([0; 8]),
+            );
             Some((WalPos(w), WalPos(d)))
         } else {
             tracing::warn!(path = %path.display(), "control file invalid; rewriting it from the segments");
             use std::os::unix::fs::FileExt;
-            file.set_len(CONTROL_SIZE as u64).map_err(|e| Error::io("resize", &path, e))?;
+            file.set_len(CONTROL_SIZE as u64)
+                .map_err(|e| Error::io("resize", &path, e))?;
             file.write_all_at(&initial_bytes(WalPos::ZERO), 0)
                 .map_err(|e| Error::io("write", &path, e))?;
             None
         };
         let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map", &path, e))?;
-        Ok(Some((ControlFile { map, _file: file, path }, previous)))
+        Ok(Some((
+            ControlFile {
+                map,
+                _file: file,
+                path,
+            },
+            previous,
+        )))
     }
 
     fn word(&self, off: usize) -> &AtomicU64 {

@@ -64,7 +64,10 @@ impl SegmentHeader {
     /// Checks magic, version, checksum and lengths; returns the reason it is invalid.
     pub fn validate(&self) -> Result<(), String> {
         if self.magic != SEGMENT_MAGIC {
-            return Err(format!("bad segment magic {:02x?}, expected {:02x?}", self.magic, SEGMENT_MAGIC));
+            return Err(format!(
+                "bad segment magic {:02x?}, expected {:02x?}",
+                self.magic, SEGMENT_MAGIC
+            ));
         }
         if self.version.get() != FORMAT_VERSION {
             return Err(format!(
@@ -76,10 +79,16 @@ impl SegmentHeader {
             return Err("segment header checksum mismatch".into());
         }
         if self.header_len.get() as usize != SEGMENT_HEADER_LEN {
-            return Err(format!("segment header length {} is not {SEGMENT_HEADER_LEN}", self.header_len.get()));
+            return Err(format!(
+                "segment header length {} is not {SEGMENT_HEADER_LEN}",
+                self.header_len.get()
+            ));
         }
         if self.tablet_len.get() as usize > MAX_TABLET_ID_LEN || self.tablet_len.get() == 0 {
-            return Err(format!("tablet id length {} out of range", self.tablet_len.get()));
+            return Err(format!(
+                "tablet id length {} out of range",
+                self.tablet_len.get()
+            ));
         }
         Ok(())
     }

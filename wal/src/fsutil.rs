@@ -9,7 +9,8 @@ use crate::error::{Error, Result};
 /// fsync a directory so a rename or unlink in it is durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("open directory", dir, e))?;
-    f.sync_all().map_err(|e| Error::io("fsync directory", dir, e))
+    f.sync_all()
+        .map_err(|e| Error::io("fsync directory", dir, e))
 }
 
 /// Replace `path` with `bytes` atomically: write `<path>.partial`, fsync, rename, fsync dir.
@@ -24,7 +25,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
             .truncate(true)
             .open(&partial)
             .map_err(|e| Error::io("create", &partial, e))?;
-        f.write_all(bytes).map_err(|e| Error::io("write", &partial, e))?;
+        f.write_all(bytes)
+            .map_err(|e| Error::io("write", &partial, e))?;
         fail::fail_point!("wal::write_atomic::before_fsync", |_| Err(Error::io(
             "fsync",
             &partial,
@@ -58,11 +60,16 @@ pub fn read_at_most(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Re
 /// mapping never fail for lack of space and fdatasync has no size change to journal.
 pub fn preallocate(file: &File, path: &Path, len: u64) -> Result<()> {
     use std::os::fd::AsRawFd;
-    file.set_len(len).map_err(|e| Error::io("set length of", path, e))?;
+    file.set_len(len)
+        .map_err(|e| Error::io("set length of", path, e))?;
     // SAFETY: plain syscall on a valid fd.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
     if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
-        return Err(Error::io("preallocate", path, std::io::Error::from_raw_os_error(rc)));
+        return Err(Error::io(
+            "preallocate",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
     }
     Ok(())
 }

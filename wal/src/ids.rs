@@ -40,7 +40,11 @@ impl FromStr for TabletId {
     type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.is_empty() {
-            return Err(ParseError::new("tablet id", s, "empty; expected 1 to 64 of [A-Za-z0-9_.-]"));
+            return Err(ParseError::new(
+                "tablet id",
+                s,
+                "empty; expected 1 to 64 of [A-Za-z0-9_.-]",
+            ));
         }
         if s.len() > MAX_TABLET_ID_LEN {
             return Err(ParseError::new(
@@ -60,7 +64,11 @@ impl FromStr for TabletId {
             ));
         }
         if s == "." || s == ".." {
-            return Err(ParseError::new("tablet id", s, "`.` and `..` are not tablet ids"));
+            return Err(ParseError::new(
+                "tablet id",
+                s,
+                "`.` and `..` are not tablet ids",
+            ));
         }
         Ok(TabletId(s.to_string()))
     }
@@ -94,16 +102,29 @@ impl fmt::Display for TrxId {
     }
 }
 
-fn parse_u64_field(what: &'static str, whole: &str, field: &str, name: &str) -> Result<u64, ParseError> {
+fn parse_u64_field(
+    what: &'static str,
+    whole: &str,
+    field: &str,
+    name: &str,
+) -> Result<u64, ParseError> {
     if field.is_empty() {
         return Err(ParseError::new(what, whole, format!("{name} is empty")));
     }
     if !field.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ParseError::new(what, whole, format!("{name} {field:?} is not a decimal number")));
+        return Err(ParseError::new(
+            what,
+            whole,
+            format!("{name} {field:?} is not a decimal number"),
+        ));
     }
-    field
-        .parse::<u64>()
-        .map_err(|_| ParseError::new(what, whole, format!("{name} {field} does not fit in 64 bits")))
+    field.parse::<u64>().map_err(|_| {
+        ParseError::new(
+            what,
+            whole,
+            format!("{name} {field} does not fit in 64 bits"),
+        )
+    })
 }
 
 impl FromStr for TrxId {
@@ -111,7 +132,11 @@ impl FromStr for TrxId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const WHAT: &str = "trx id";
         let Some((c, n)) = s.split_once(':') else {
-            return Err(ParseError::new(WHAT, s, "expected <connect_id>:<commit_counter>"));
+            return Err(ParseError::new(
+                WHAT,
+                s,
+                "expected <connect_id>:<commit_counter>",
+            ));
         };
         let connect_id = parse_u64_field(WHAT, s, c, "connect_id")?;
         let commit_counter = parse_u64_field(WHAT, s, n, "commit_counter")?;
@@ -132,7 +157,11 @@ pub struct Gtid {
 
 impl Gtid {
     pub fn new(domain: u32, server: u32, seq: u64) -> Gtid {
-        Gtid { domain, server, seq }
+        Gtid {
+            domain,
+            server,
+            seq,
+        }
     }
 }
 
@@ -153,10 +182,12 @@ impl FromStr for Gtid {
         let domain = parse_u64_field(WHAT, s, d, "domain")?;
         let server = parse_u64_field(WHAT, s, sv, "server")?;
         let seq = parse_u64_field(WHAT, s, q, "seq")?;
-        let domain = u32::try_from(domain)
-            .map_err(|_| ParseError::new(WHAT, s, format!("domain {domain} does not fit in 32 bits")))?;
-        let server = u32::try_from(server)
-            .map_err(|_| ParseError::new(WHAT, s, format!("server {server} does not fit in 32 bits")))?;
+        let domain = u32::try_from(domain).map_err(|_| {
+            ParseError::new(WHAT, s, format!("domain {domain} does not fit in 32 bits"))
+        })?;
+        let server = u32::try_from(server).map_err(|_| {
+            ParseError::new(WHAT, s, format!("server {server} does not fit in 32 bits"))
+        })?;
         Ok(Gtid::new(domain, server, seq))
     }
 }
@@ -194,7 +225,11 @@ impl FromStr for TxnId {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         const WHAT: &str = "txn id";
         if s.len() != 32 {
-            return Err(ParseError::new(WHAT, s, format!("{} characters; expected 32 hex digits", s.len())));
+            return Err(ParseError::new(
+                WHAT,
+                s,
+                format!("{} characters; expected 32 hex digits", s.len()),
+            ));
         }
         let mut out = [0u8; 16];
         for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
@@ -274,7 +309,17 @@ mod tests {
         let t: TrxId = "7:3".parse().unwrap();
         assert_eq!(t, TrxId::new(7, 3));
         assert_eq!(t.to_string(), "7:3");
-        for bad in ["7", "7:", ":3", "7:x", "7:0", "a:1", "1:2:3", "18446744073709551616:1", "-1:2"] {
+        for bad in [
+            "7",
+            "7:",
+            ":3",
+            "7:x",
+            "7:0",
+            "a:1",
+            "1:2:3",
+            "18446744073709551616:1",
+            "-1:2",
+        ] {
             assert!(bad.parse::<TrxId>().is_err(), "{bad} parsed");
         }
         let e = "7:99999999999999999999".parse::<TrxId>().unwrap_err();
@@ -286,7 +331,14 @@ mod tests {
         let g: Gtid = "0-1-9".parse().unwrap();
         assert_eq!(g, Gtid::new(0, 1, 9));
         assert_eq!(g.to_string(), "0-1-9");
-        for bad in ["0-1", "0-1-", "x-1-2", "4294967296-1-1", "0-1-2-3", "0--1-2"] {
+        for bad in [
+            "0-1",
+            "0-1-",
+            "x-1-2",
+            "4294967296-1-1",
+            "0-1-2-3",
+            "0--1-2",
+        ] {
             assert!(bad.parse::<Gtid>().is_err(), "{bad} parsed");
         }
     }

@@ -10,7 +10,9 @@ use crate::error::ParseError;
 
 /// A byte offset in a tablet's logical log (the concatenation of all its records; segment
 /// headers are not counted). Record boundaries are the only valid read positions.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct WalPos(pub u64);
 
@@ -22,6 +24,7 @@ impl WalPos {
     }
 
     /// `self + n`; panics on overflow only in debug (positions never come near 2^64).
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, n: u64) -> WalPos {
         WalPos(self.0 + n)
     }
@@ -47,9 +50,13 @@ impl FromStr for WalPos {
         } else {
             t.parse::<u64>()
         };
-        parsed
-            .map(WalPos)
-            .map_err(|e| ParseError::new("WAL position", s, format!("expected a decimal (or 0x hex) u64: {e}")))
+        parsed.map(WalPos).map_err(|e| {
+            ParseError::new(
+                "WAL position",
+                s,
+                format!("expected a decimal (or 0x hex) u64: {e}"),
+            )
+        })
     }
 }
 

@@ -119,6 +119,11 @@ impl Reader {
         }
     }
 
+    /// First positions of the retained segments, ascending (as of the last directory look).
+    pub fn segment_starts(&self) -> &[WalPos] {
+        &self.segments
+    }
+
     /// Current readable end, or `None` in scan mode.
     pub fn end(&self) -> Option<WalPos> {
         match (&self.control, self.limit) {
@@ -193,9 +198,17 @@ impl Reader {
         };
         let header = segment::read_header(&file, &path, &self.tablet, first)?;
         if header.is_none() {
-            return Err(corruption(&self.tablet, &path, 0, "segment shorter than its header"));
+            return Err(corruption(
+                &self.tablet,
+                &path,
+                0,
+                "segment shorter than its header",
+            ));
         }
-        let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len();
         self.cur = Some(OpenSeg {
             first,
             path,
@@ -219,13 +232,19 @@ impl Reader {
         if self.buf.len() < want {
             self.buf.resize(want, 0);
         }
-        let got = fsutil::read_at_most(&seg.file, &seg.path, &mut self.buf[..want.min(avail)], SEGMENT_HEADER_LEN as u64 + off)?;
+        let got = fsutil::read_at_most(
+            &seg.file,
+            &seg.path,
+            &mut self.buf[..want.min(avail)],
+            SEGMENT_HEADER_LEN as u64 + off,
+        )?;
         self.buf_pos = self.pos;
         self.buf_len = got;
         Ok(got.min(n))
     }
 
     /// The next record and its position, or `None` at the readable end.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<(WalPos, Record)>> {
         loop {
             let end = self.end();
@@ -236,7 +255,9 @@ impl Reader {
             } else if self.scan_done {
                 return Ok(None);
             }
-            let Some(seg) = &self.cur else { return Ok(None) };
+            let Some(seg) = &self.cur else {
+                return Ok(None);
+            };
             let (seg_first, path) = (seg.first, seg.path.clone());
             let have = self.fill(RECORD_HEADER_LEN)?;
             let start = self.pos.since(self.buf_pos) as usize;
@@ -258,7 +279,11 @@ impl Reader {
                     &self.tablet,
                     &path,
                     self.pos.since(seg_first) as usize,
-                    format!("no record at position {} although the log reaches {}", self.pos, end.unwrap_or_default()),
+                    format!(
+                        "no record at position {} although the log reaches {}",
+                        self.pos,
+                        end.unwrap_or_default()
+                    ),
                 ));
             }
             let mut hb = [0u8; RECORD_HEADER_LEN];
@@ -267,10 +292,9 @@ impl Reader {
                 use zerocopy::FromBytes;
                 let h = crate::format::RecordHeader::read_from_bytes(&hb[..])
                     .map_err(|_| corruption(&self.tablet, &path, 0, "unreadable header"))?;
-                let seg_left = self
-                    .cur
-                    .as_ref()
-                    .map_or(0, |c| c.capacity.saturating_sub(self.pos.since(c.first)) as usize);
+                let seg_left = self.cur.as_ref().map_or(0, |c| {
+                    c.capacity.saturating_sub(self.pos.since(c.first)) as usize
+                });
                 if let Some(reason) = header_problem(&h, self.pos.0, seg_left) {
                     return Err(self.bad_record(&path, seg_first, reason));
                 }
@@ -278,7 +302,11 @@ impl Reader {
             };
             if let Some(end) = end {
                 if self.pos.add(total as u64) > end {
-                    return Err(self.bad_record(&path, seg_first, format!("record runs past the readable end {end}")));
+                    return Err(self.bad_record(
+                        &path,
+                        seg_first,
+                        format!("record runs past the readable end {end}"),
+                    ));
                 }
             }
             let got = self.fill(total)?;
@@ -291,7 +319,10 @@ impl Reader {
                             return Err(self.bad_record(
                                 &path,
                                 seg_first,
-                                format!("record ht {} is not greater than the previous ht {l}", record.ht),
+                                format!(
+                                    "record ht {} is not greater than the previous ht {l}",
+                                    record.ht
+                                ),
                             ));
                         }
                     }
@@ -300,7 +331,9 @@ impl Reader {
                     self.last_ht = Some(record.ht);
                     return Ok(Some((at, record)));
                 }
-                Parsed::End => return Err(self.bad_record(&path, seg_first, "record vanished".into())),
+                Parsed::End => {
+                    return Err(self.bad_record(&path, seg_first, "record vanished".into()))
+                }
                 Parsed::Invalid(reason) => return Err(self.bad_record(&path, seg_first, reason)),
             }
         }
@@ -312,7 +345,12 @@ impl Reader {
             // report it as corruption so the caller sees where.
             self.scan_done = true;
         }
-        corruption(&self.tablet, path, self.pos.since(seg_first) as usize, reason)
+        corruption(
+            &self.tablet,
+            path,
+            self.pos.since(seg_first) as usize,
+            reason,
+        )
     }
 }
 
@@ -330,7 +368,11 @@ pub fn list_tablets(wal_dir: &Path) -> Result<Vec<TabletId>> {
     for ent in rd {
         let ent = ent.map_err(|e| Error::io("list", wal_dir, e))?;
         let path = ent.path();
-        if !ent.file_type().map_err(|e| Error::io("stat", &path, e))?.is_dir() {
+        if !ent
+            .file_type()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .is_dir()
+        {
             return Err(Error::UnexpectedFile {
                 path,
                 reason: "only tablet directories belong in a WAL directory".into(),
@@ -343,10 +385,12 @@ pub fn list_tablets(wal_dir: &Path) -> Result<Vec<TabletId>> {
                 reason: "directory name is not UTF-8".into(),
             });
         };
-        let t = name.parse::<TabletId>().map_err(|e| Error::UnexpectedFile {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let t = name
+            .parse::<TabletId>()
+            .map_err(|e| Error::UnexpectedFile {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
         out.push(t);
     }
     out.sort();

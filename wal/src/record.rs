@@ -107,7 +107,9 @@ impl Record {
 
     pub fn txn(&self) -> Option<TxnId> {
         match &self.body {
-            Body::Intent { txn, .. } | Body::Commit { txn, .. } | Body::Abort { txn, .. } => Some(*txn),
+            Body::Intent { txn, .. } | Body::Commit { txn, .. } | Body::Abort { txn, .. } => {
+                Some(*txn)
+            }
             _ => None,
         }
     }
@@ -150,7 +152,10 @@ impl Record {
                     max: MAX_PARTICIPANTS,
                 });
             }
-            n += 2 + participants.iter().map(|p| 1 + p.as_str().len()).sum::<usize>();
+            n += 2 + participants
+                .iter()
+                .map(|p| 1 + p.as_str().len())
+                .sum::<usize>();
         }
         if matches!(self.body, Body::Write { .. } | Body::Intent { .. }) {
             n += 4;
@@ -222,7 +227,11 @@ impl Record {
                 }
             }
         }
-        debug_assert_eq!(w.at, w.buf.len(), "encoded_body_len disagrees with encode_body");
+        debug_assert_eq!(
+            w.at,
+            w.buf.len(),
+            "encoded_body_len disagrees with encode_body"
+        );
     }
 
     /// The whole record (header + body) as it would be written at `pos`.
@@ -253,7 +262,12 @@ impl Record {
     }
 
     /// Decodes a body of `kind` with `flags` at `ht`; the reason on failure.
-    pub fn decode_body(kind: Kind, flags: u8, ht: HybridTime, body: &[u8]) -> Result<Record, String> {
+    pub fn decode_body(
+        kind: Kind,
+        flags: u8,
+        ht: HybridTime,
+        body: &[u8],
+    ) -> Result<Record, String> {
         if flags & !KNOWN_FLAGS != 0 {
             return Err(format!("unknown record flags {flags:#04x}"));
         }
@@ -291,7 +305,10 @@ impl Record {
                 let n = r.u32("op count")? as usize;
                 // Each op takes at least 8 bytes: bound the allocation by what is there.
                 if n > r.remaining() / 8 {
-                    return Err(format!("op count {n} exceeds what {} bytes can hold", r.remaining()));
+                    return Err(format!(
+                        "op count {n} exceeds what {} bytes can hold",
+                        r.remaining()
+                    ));
                 }
                 let mut ops = Vec::with_capacity(n);
                 for i in 0..n {
@@ -305,7 +322,9 @@ impl Record {
                         None
                     } else {
                         if vlen as usize > MAX_VALUE_LEN {
-                            return Err(format!("op {i}: value length {vlen} exceeds {MAX_VALUE_LEN}"));
+                            return Err(format!(
+                                "op {i}: value length {vlen} exceeds {MAX_VALUE_LEN}"
+                            ));
                         }
                         Some(r.bytes(vlen as usize, "value")?.to_vec())
                     };
@@ -325,8 +344,11 @@ impl Record {
                 for i in 0..n {
                     let len = r.array::<1>("participant length")?[0] as usize;
                     let b = r.bytes(len, "participant")?;
-                    let s = std::str::from_utf8(b).map_err(|_| format!("participant {i} is not UTF-8"))?;
-                    let t = s.parse::<TabletId>().map_err(|e| format!("participant {i}: {e}"))?;
+                    let s = std::str::from_utf8(b)
+                        .map_err(|_| format!("participant {i} is not UTF-8"))?;
+                    let t = s
+                        .parse::<TabletId>()
+                        .map_err(|e| format!("participant {i}: {e}"))?;
                     participants.push(t);
                 }
                 Body::Commit {
@@ -343,7 +365,11 @@ impl Record {
             Kind::Heartbeat => Body::Heartbeat,
         };
         if r.remaining() != 0 {
-            return Err(format!("{} trailing bytes after the {} body", r.remaining(), kind.name()));
+            return Err(format!(
+                "{} trailing bytes after the {} body",
+                r.remaining(),
+                kind.name()
+            ));
         }
         Ok(Record { ht, body })
     }
@@ -418,7 +444,10 @@ pub fn parse_record(buf: &[u8], pos: u64) -> Parsed {
         return if buf.iter().all(|&b| b == 0) {
             Parsed::End
         } else {
-            Parsed::Invalid(format!("{} bytes left, too short for a record header", buf.len()))
+            Parsed::Invalid(format!(
+                "{} bytes left, too short for a record header",
+                buf.len()
+            ))
         };
     };
     if head.iter().all(|&b| b == 0) {
@@ -427,9 +456,8 @@ pub fn parse_record(buf: &[u8], pos: u64) -> Parsed {
     let Ok(h) = RecordHeader::read_from_bytes(head) else {
         return Parsed::Invalid("unreadable record header".into());
     };
-    match header_problem(&h, pos, buf.len()) {
-        Some(reason) => return Parsed::Invalid(reason),
-        None => {}
+    if let Some(reason) = header_problem(&h, pos, buf.len()) {
+        return Parsed::Invalid(reason);
     }
     let len = h.len.get() as usize;
     let body = &buf[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len];
@@ -484,7 +512,7 @@ mod tests {
     #[test]
     fn every_kind_round_trips() {
         let t1: TabletId = "t1".parse().unwrap();
-        let recs = vec![
+        let recs = [
             Record::new(HybridTime(1), Body::Heartbeat),
             Record::new(
                 HybridTime(2),
@@ -529,7 +557,10 @@ mod tests {
                 other => panic!("{other:?}"),
             }
             // Wrong position is refused.
-            assert!(matches!(parse_record(&bytes, i as u64 * 100 + 1), Parsed::Invalid(_)));
+            assert!(matches!(
+                parse_record(&bytes, i as u64 * 100 + 1),
+                Parsed::Invalid(_)
+            ));
         }
     }
 
@@ -543,6 +574,9 @@ mod tests {
                 gtid: None,
             },
         );
-        assert!(matches!(r.encoded_body_len(), Err(Error::TooLarge { what: "key", .. })));
+        assert!(matches!(
+            r.encoded_body_len(),
+            Err(Error::TooLarge { what: "key", .. })
+        ));
     }
 }

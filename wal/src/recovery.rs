@@ -41,7 +41,11 @@ pub enum Tail {
     Clean,
     /// Bytes after the last valid record that are not a record: `garbage` bytes from data
     /// offset `at`.
-    Torn { at: usize, reason: String, garbage: u64 },
+    Torn {
+        at: usize,
+        reason: String,
+        garbage: u64,
+    },
 }
 
 /// What scanning one segment's record area found.
@@ -64,7 +68,12 @@ pub(crate) enum Expect {
     Last { durable: Option<WalPos> },
 }
 
-pub(crate) fn corruption(tablet: &TabletId, path: &Path, data_off: usize, reason: impl Into<String>) -> Error {
+pub(crate) fn corruption(
+    tablet: &TabletId,
+    path: &Path,
+    data_off: usize,
+    reason: impl Into<String>,
+) -> Error {
     Error::Corruption {
         tablet: tablet.to_string(),
         file: path.to_path_buf(),
@@ -103,17 +112,22 @@ pub(crate) fn scan_area(
                     tablet,
                     path,
                     off,
-                    format!("records run past position {}, where the next segment begins", first.add(e as u64)),
+                    format!(
+                        "records run past position {}, where the next segment begins",
+                        first.add(e as u64)
+                    ),
                 ));
             }
         }
         let pos = first.add(off as u64);
         let parsed = match parse_record(&data[off..], pos.0) {
-            Parsed::Record { record, .. } if last_ht.is_some_and(|l| record.ht <= l) => Parsed::Invalid(format!(
-                "record ht {} is not greater than the previous ht {}",
-                record.ht,
-                last_ht.unwrap_or_default()
-            )),
+            Parsed::Record { record, .. } if last_ht.is_some_and(|l| record.ht <= l) => {
+                Parsed::Invalid(format!(
+                    "record ht {} is not greater than the previous ht {}",
+                    record.ht,
+                    last_ht.unwrap_or_default()
+                ))
+            }
             p => p,
         };
         match parsed {
@@ -246,7 +260,10 @@ pub(crate) struct Recovered {
 /// Maps a segment file read-only for scanning.
 pub(crate) fn map_readonly(path: &Path) -> Result<(File, Option<Mmap>)> {
     let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
-    let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io("stat", path, e))?
+        .len();
     if len == 0 {
         return Ok((file, None));
     }
@@ -289,7 +306,10 @@ pub(crate) fn recover(
         match segment::read_header(&file, path, tablet, *first)? {
             Some(h) => segment_sizes.push(h.segment_size.get()),
             None if i + 1 == segs.len() => {
-                let len = file.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+                let len = file
+                    .metadata()
+                    .map_err(|e| Error::io("stat", path, e))?
+                    .len();
                 tracing::warn!(file = %path.display(), "last segment's header is torn; removing it");
                 std::fs::remove_file(path).map_err(|e| Error::io("remove", path, e))?;
                 fsutil::fsync_dir(dir)?;
@@ -320,7 +340,15 @@ pub(crate) fn recover(
     let durable_hint = control_prev.map(|(_, d)| d);
 
     if segs.is_empty() {
-        let start = match removed.iter().filter_map(|p| p.file_name()?.to_str().and_then(segment::parse_segment_name)).min() {
+        let start = match removed
+            .iter()
+            .filter_map(|p| {
+                p.file_name()?
+                    .to_str()
+                    .and_then(segment::parse_segment_name)
+            })
+            .min()
+        {
             Some(p) => p,
             None => WalPos::ZERO,
         };
@@ -329,7 +357,9 @@ pub(crate) fn recover(
                 tablet: tablet.to_string(),
                 file: dir.join(crate::control::CONTROL_FILE),
                 offset: 0,
-                reason: format!("the control file says the log reaches position {w}, but there are no segments"),
+                reason: format!(
+                    "the control file says the log reaches position {w}, but there are no segments"
+                ),
             });
         }
         let active = MappedSegment::create(dir, tablet, start, segment_size, durable_create)?;
@@ -361,7 +391,15 @@ pub(crate) fn recover(
             let (first, path) = &segs[k];
             let (_f, map) = map_readonly(path)?;
             let end = segs[k + 1].0.since(*first) as usize;
-            let s = scan_area(tablet, path, *first, record_area(&map), prev_ht, Expect::SealedAt(end), |_, _| Ok(()))?;
+            let s = scan_area(
+                tablet,
+                path,
+                *first,
+                record_area(&map),
+                prev_ht,
+                Expect::SealedAt(end),
+                |_, _| Ok(()),
+            )?;
             records_scanned += s.records;
             prev_ht = s.last_ht.or(prev_ht);
         }
@@ -376,14 +414,21 @@ pub(crate) fn recover(
         last_first,
         record_area(&map),
         prev_ht,
-        Expect::Last { durable: durable_hint },
+        Expect::Last {
+            durable: durable_hint,
+        },
         |_, _| Ok(()),
     )?;
     drop(map);
     records_scanned += scan.records;
     let end = last_first.add(scan.end as u64);
     let mut cut = None;
-    if let Tail::Torn { at, reason, garbage } = &scan.tail {
+    if let Tail::Torn {
+        at,
+        reason,
+        garbage,
+    } = &scan.tail
+    {
         let offset = (SEGMENT_HEADER_LEN + at) as u64;
         tracing::warn!(
             tablet = %tablet, file = %last_path.display(), offset, bytes = garbage, %reason,
@@ -400,7 +445,10 @@ pub(crate) fn recover(
     }
     // A truncated file is grown back to its preallocated size.
     let want = segment_sizes[last_idx];
-    let have = file.metadata().map_err(|e| Error::io("stat", &last_path, e))?.len();
+    let have = file
+        .metadata()
+        .map_err(|e| Error::io("stat", &last_path, e))?
+        .len();
     drop(file);
     if have < want || cut.is_some() {
         let f = std::fs::OpenOptions::new()
@@ -410,7 +458,8 @@ pub(crate) fn recover(
         if have < want {
             fsutil::preallocate(&f, &last_path, want)?;
         }
-        f.sync_data().map_err(|e| Error::io("fdatasync", &last_path, e))?;
+        f.sync_data()
+            .map_err(|e| Error::io("fdatasync", &last_path, e))?;
     }
 
     // Last ht: from the last segment, or the newest earlier segment that has records.
@@ -420,7 +469,15 @@ pub(crate) fn recover(
             let (first, path) = &segs[k];
             let (_f, map) = map_readonly(path)?;
             let end_off = segs[k + 1].0.since(*first) as usize;
-            let s = scan_area(tablet, path, *first, record_area(&map), None, Expect::SealedAt(end_off), |_, _| Ok(()))?;
+            let s = scan_area(
+                tablet,
+                path,
+                *first,
+                record_area(&map),
+                None,
+                Expect::SealedAt(end_off),
+                |_, _| Ok(()),
+            )?;
             records_scanned += s.records;
             if s.last_ht.is_some() {
                 last_ht = s.last_ht;
@@ -468,7 +525,8 @@ fn zero_range(file: &File, path: &Path, offset: u64, len: u64) -> Result<()> {
     let mut at = offset;
     while at < end {
         let n = ((end - at) as usize).min(zeros.len());
-        f.write_all_at(&zeros[..n], at).map_err(|e| Error::io("write", path, e))?;
+        f.write_all_at(&zeros[..n], at)
+            .map_err(|e| Error::io("write", path, e))?;
         at += n as u64;
     }
     Ok(())

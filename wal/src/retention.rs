@@ -48,7 +48,10 @@ pub fn read_acked(tablet_dir: &Path) -> Result<Option<WalPos>> {
         reason: reason.to_string(),
     };
     if b.len() != ACKED_LEN {
-        return Err(corrupt(&format!("acked file is {} bytes, expected {ACKED_LEN}", b.len())));
+        return Err(corrupt(&format!(
+            "acked file is {} bytes, expected {ACKED_LEN}",
+            b.len()
+        )));
     }
     if b[..8] != ACKED_MAGIC {
         return Err(corrupt("bad acked file magic"));
@@ -73,7 +76,12 @@ pub(crate) struct Plan {
 }
 
 /// `segments`: first positions ascending, the last one active; `end`: the log's end.
-pub(crate) fn plan(segments: &[WalPos], end: WalPos, acked: Option<WalPos>, max_retained: Option<u64>) -> Plan {
+pub(crate) fn plan(
+    segments: &[WalPos],
+    end: WalPos,
+    acked: Option<WalPos>,
+    max_retained: Option<u64>,
+) -> Plan {
     let sealed = segments.len().saturating_sub(1);
     let acked_whole = match acked {
         // Segment k spans [segments[k], segments[k+1]).
@@ -86,7 +94,10 @@ pub(crate) fn plan(segments: &[WalPos], end: WalPos, acked: Option<WalPos>, max_
             delete += 1;
         }
     }
-    Plan { delete, acked_whole }
+    Plan {
+        delete,
+        acked_whole,
+    }
 }
 
 /// What a retention pass did.
@@ -124,9 +135,21 @@ mod tests {
     fn byte_limit_forces_oldest() {
         let segs = p(&[0, 100, 200, 300]);
         let pl = plan(&segs, WalPos(350), None, Some(160));
-        assert_eq!(pl, Plan { delete: 2, acked_whole: 0 });
+        assert_eq!(
+            pl,
+            Plan {
+                delete: 2,
+                acked_whole: 0
+            }
+        );
         let pl = plan(&segs, WalPos(350), Some(WalPos(100)), Some(10));
-        assert_eq!(pl, Plan { delete: 3, acked_whole: 1 });
+        assert_eq!(
+            pl,
+            Plan {
+                delete: 3,
+                acked_whole: 1
+            }
+        );
     }
 
     #[test]

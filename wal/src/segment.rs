@@ -102,7 +102,8 @@ pub(crate) fn read_header(
         offset: 0,
         reason,
     };
-    let h = SegmentHeader::read_from_bytes(&buf[..]).map_err(|_| corrupt("unreadable segment header".into()))?;
+    let h = SegmentHeader::read_from_bytes(&buf[..])
+        .map_err(|_| corrupt("unreadable segment header".into()))?;
     h.validate().map_err(corrupt)?;
     if h.tablet_str() != tablet.as_str().as_bytes() {
         return Err(corrupt(format!(
@@ -132,7 +133,13 @@ pub(crate) struct MappedSegment {
 impl MappedSegment {
     /// Creates a new preallocated segment durably: `.partial`, header, fdatasync, rename,
     /// fsync directory.
-    pub fn create(dir: &Path, tablet: &TabletId, first: WalPos, size: u64, durable: bool) -> Result<MappedSegment> {
+    pub fn create(
+        dir: &Path,
+        tablet: &TabletId,
+        first: WalPos,
+        size: u64,
+        durable: bool,
+    ) -> Result<MappedSegment> {
         let path = dir.join(segment_file_name(first));
         let partial = dir.join(format!("{}.partial", segment_file_name(first)));
         {
@@ -149,7 +156,8 @@ impl MappedSegment {
             file.write_all_at(h.as_bytes(), 0)
                 .map_err(|e| Error::io("write", &partial, e))?;
             if durable {
-                file.sync_data().map_err(|e| Error::io("fdatasync", &partial, e))?;
+                file.sync_data()
+                    .map_err(|e| Error::io("fdatasync", &partial, e))?;
             }
         }
         fs::rename(&partial, &path).map_err(|e| Error::io("rename", &partial, e))?;
@@ -166,7 +174,10 @@ impl MappedSegment {
             .write(true)
             .open(&path)
             .map_err(|e| Error::io("open", &path, e))?;
-        let len = file.metadata().map_err(|e| Error::io("stat", &path, e))?.len() as usize;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat", &path, e))?
+            .len() as usize;
         if len < SEGMENT_HEADER_LEN {
             return Err(Error::Corruption {
                 tablet: "?".into(),
@@ -196,9 +207,14 @@ impl MappedSegment {
     /// guarantee it) and does not hold two overlapping slices at once.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn data_mut(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.capacity, "write past the segment's capacity");
+        assert!(
+            off + len <= self.capacity,
+            "write past the segment's capacity"
+        );
         // SAFETY: bounds checked above; exclusivity is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(SEGMENT_HEADER_LEN + off), len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(SEGMENT_HEADER_LEN + off), len)
+        }
     }
 
     /// msync(MS_SYNC) the record bytes `[from, to)` (offsets in the record area).

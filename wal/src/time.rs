@@ -29,7 +29,10 @@ impl HybridTime {
     }
 
     pub fn from_system_time(t: SystemTime) -> HybridTime {
-        let micros = t.duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0);
+        let micros = t
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
         HybridTime::new(micros, 0)
     }
 
@@ -68,7 +71,11 @@ impl FromStr for HybridTime {
             return Err(ParseError::new("hybrid time", s, "empty"));
         }
         if !s.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(ParseError::new("hybrid time", s, "expected a decimal u64 (physical_us << 12 | logical)"));
+            return Err(ParseError::new(
+                "hybrid time",
+                s,
+                "expected a decimal u64 (physical_us << 12 | logical)",
+            ));
         }
         s.parse::<u64>()
             .map(HybridTime)
@@ -100,7 +107,9 @@ impl<'de> Deserialize<'de> for HybridTime {
                     .map_err(|_| E::custom(format!("hybrid time {v} is negative")))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<HybridTime, E> {
-                Err(E::custom(format!("hybrid time {v} is not an integer; send it as a decimal string")))
+                Err(E::custom(format!(
+                    "hybrid time {v} is not an integer; send it as a decimal string"
+                )))
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<HybridTime, E> {
                 v.parse().map_err(E::custom)
@@ -186,7 +195,10 @@ mod tests {
 
     #[test]
     fn clock_is_strictly_increasing_across_threads() {
-        let clock = std::sync::Arc::new(HybridClock::starting_after(HybridTime::new(u64::MAX >> 13, 0)));
+        let clock = std::sync::Arc::new(HybridClock::starting_after(HybridTime::new(
+            u64::MAX >> 13,
+            0,
+        )));
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let c = clock.clone();

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use crate::control::ControlFile;
 use crate::error::{Error, Result};
-use crate::format::{DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use crate::format::{
+    DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
 use crate::fsutil;
 use crate::ids::TabletId;
 use crate::pos::WalPos;
@@ -62,7 +64,11 @@ impl FromStr for SyncPolicy {
             "always" => Ok(SyncPolicy::Always),
             "batch" => Ok(SyncPolicy::Batch),
             "none" => Ok(SyncPolicy::None),
-            _ => Err(crate::ParseError::new("sync policy", s, "expected always, batch or none")),
+            _ => Err(crate::ParseError::new(
+                "sync policy",
+                s,
+                "expected always, batch or none",
+            )),
         }
     }
 }
@@ -104,7 +110,10 @@ impl WalOptions {
             )));
         }
         if self.segment_size > (1 << 40) {
-            return Err(Error::Config(format!("segment size {} is above 1 TiB", self.segment_size)));
+            return Err(Error::Config(format!(
+                "segment size {} is above 1 TiB",
+                self.segment_size
+            )));
         }
         if self.batch_interval.is_zero() {
             return Err(Error::Config("batch interval must be positive".into()));
@@ -154,7 +163,9 @@ impl Shared {
             let lo = from.max(seg.first);
             let hi = to.min(seg.limit());
             if lo < hi {
-                if let Err(e) = seg.sync_range(lo.since(seg.first) as usize, hi.since(seg.first) as usize) {
+                if let Err(e) =
+                    seg.sync_range(lo.since(seg.first) as usize, hi.since(seg.first) as usize)
+                {
                     let mut st = self.lock();
                     st.failed = Some(e.to_string());
                     tracing::error!(error = %e, "WAL sync failed; the writer is poisoned");
@@ -180,7 +191,9 @@ fn poisoned(reason: &str) -> Error {
     Error::io(
         "sync",
         PathBuf::new(),
-        std::io::Error::other(format!("an earlier WAL sync failed ({reason}); the writer must be reopened")),
+        std::io::Error::other(format!(
+            "an earlier WAL sync failed ({reason}); the writer must be reopened"
+        )),
     )
 }
 
@@ -218,7 +231,14 @@ impl Writer {
                 path: dir,
             });
         };
-        let rec = recovery::recover(&dir, tablet, prev, opts.segment_size, opts.verify_on_open, true)?;
+        let rec = recovery::recover(
+            &dir,
+            tablet,
+            prev,
+            opts.segment_size,
+            opts.verify_on_open,
+            true,
+        )?;
         let report = rec.report;
         control.reset(report.oldest, report.end);
         tracing::info!(
@@ -331,7 +351,11 @@ impl Writer {
         let committed_off = self.committed.since(self.active.first) as usize;
         if self.committed >= self.active.first && self.off > committed_off {
             // SAFETY: as in `append`; the range is staged, unpublished space.
-            unsafe { self.active.data_mut(committed_off, self.off - committed_off) }.fill(0);
+            unsafe {
+                self.active
+                    .data_mut(committed_off, self.off - committed_off)
+            }
+            .fill(0);
             self.off = committed_off;
         }
         self.staged_ht = self.committed_ht;
@@ -417,7 +441,9 @@ impl Writer {
             .spawn(move || flusher_loop(&shared, interval, batch_bytes));
         match h {
             Ok(h) => self.flusher = Some(h),
-            Err(e) => tracing::error!(tablet = %self.tablet, error = %e, "cannot start the WAL flusher; batch commits sync at the next commit"),
+            Err(e) => {
+                tracing::error!(tablet = %self.tablet, error = %e, "cannot start the WAL flusher; batch commits sync at the next commit")
+            }
         }
     }
 
@@ -451,7 +477,12 @@ impl Writer {
     /// `max_retained_bytes`. Never the active segment.
     pub fn enforce_retention(&mut self) -> Result<RetentionReport> {
         let acked = retention::read_acked(&self.dir)?;
-        let plan = retention::plan(&self.segments, self.committed, acked, self.opts.max_retained_bytes);
+        let plan = retention::plan(
+            &self.segments,
+            self.committed,
+            acked,
+            self.opts.max_retained_bytes,
+        );
         if plan.delete == 0 {
             return Ok(RetentionReport {
                 retained_bytes: self.committed.since(self.oldest_pos()),
@@ -484,7 +515,8 @@ impl Writer {
     }
 
     fn shutdown(&mut self) -> Result<()> {
-        let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced {
+        let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced
+        {
             self.shared.sync_to(self.committed)
         } else {
             Ok(())

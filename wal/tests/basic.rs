@@ -33,9 +33,15 @@ fn write_rotate_read_reopen() {
         want.push((p, r));
         w.commit(SyncPolicy::Always).unwrap();
     }
-    assert!(std::fs::read_dir(d.path().join("t1")).unwrap().count() > 5, "expected rotation");
+    assert!(
+        std::fs::read_dir(d.path().join("t1")).unwrap().count() > 5,
+        "expected rotation"
+    );
     let end = w.durable_pos();
-    let got: Vec<_> = Reader::open(d.path(), &t, ReadLimit::Durable).unwrap().map(|r| r.unwrap()).collect();
+    let got: Vec<_> = Reader::open(d.path(), &t, ReadLimit::Durable)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
     assert_eq!(got, want);
     // ht must increase: refused, nothing written.
     let e = w.append(&write_rec(5, 1)).unwrap_err();
