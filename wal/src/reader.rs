@@ -227,7 +227,11 @@ impl Reader {
             return Ok(n);
         }
         let off = self.pos.since(seg.first);
-        let avail = seg.capacity.saturating_sub(off) as usize;
+        let mut avail = seg.capacity.saturating_sub(off) as usize;
+        // Never buffer bytes past the published end: they may still change (a live writer).
+        if let Some(end) = self.end() {
+            avail = avail.min((end.since(self.pos) as usize).max(n));
+        }
         let want = n.max(BUF).min(avail.max(n));
         if self.buf.len() < want {
             self.buf.resize(want, 0);
