@@ -1,1 +1,93 @@
-fn main() {}
+//! `tidelog`: the command-line entry point (DESIGN §8).
+//!
+//! Implemented so far: `tidelog wal dump|append|check`. The daemons (`apply`, `ship`), the
+//! admin client (`ctl`), `certs` and `demo` come later.
+//!
+//! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+mod wal_cmd;
+
+/// tidelog: log shipping for disaster recovery of sharded transactional databases.
+#[derive(Debug, Parser)]
+#[command(name = "tidelog", version, about, propagate_version = true)]
+struct Cli {
+    /// Log filter for diagnostics on stderr (e.g. `info`, `debug`,
+    /// `tidelog_wal=debug,warn`). Overrides RUST_LOG; without either, `wal` commands log
+    /// warnings and errors only.
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Inspect, verify and write tablet WALs (`dump`, `append`, `check`).
+    Wal(wal_cmd::WalArgs),
+}
+
+impl Command {
+    /// The log filter used when neither `--log-level` nor RUST_LOG is given.
+    fn default_log_filter(&self) -> &'static str {
+        match self {
+            // A one-shot tool: the WAL's per-open info lines would only be noise.
+            Command::Wal(_) => "warn",
+        }
+    }
+}
+
+fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
+    let filter = match flag {
+        Some(f) => EnvFilter::try_new(f).with_context(|| format!("bad --log-level {f:?}"))?,
+        None => match std::env::var("RUST_LOG") {
+            Ok(v) if !v.trim().is_empty() => {
+                EnvFilter::try_new(&v).with_context(|| format!("bad RUST_LOG {v:?}"))?
+            }
+            _ => EnvFilter::new(default),
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .init();
+    Ok(())
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Wal(args) => wal_cmd::run(args),
+    }
+}
+
+/// A closed stdout (`tidelog wal dump | head`) is not a failure.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(e) = init_logging(cli.log_level.as_deref(), cli.command.default_log_filter()) {
+        eprintln!("error: {e:#}");
+        return ExitCode::from(2);
+    }
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

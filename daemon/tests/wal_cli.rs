@@ -1,0 +1,594 @@
+//! `tidelog wal dump|append|check`, run as the real binary.
+#![allow(clippy::unwrap_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const TXN_A: &str = "000102030405060708090a0b0c0d0e0f";
+const TXN_B: &str = "ff0102030405060708090a0b0c0d0e0f";
+
+/// Records of two tablets, all five kinds, a binary key via b64, a tombstone, trx ids and
+/// gtids, an integer ht, and an empty line.
+fn sample_input() -> String {
+    [
+        r#"{"tablet":"t1","kind":"write","ht":"1000","trx_id":"7:1","gtid":"0-1-1","ops":[{"key":"k1","value":"v1"},{"key":{"b64":"AP8="},"value":null}]}"#.to_string(),
+        format!(r#"{{"tablet":"t1","kind":"intent","ht":"1001","txn":"{TXN_A}","trx_id":"7:2","ops":[{{"key":"ik","value":"iv"}}]}}"#),
+        String::new(),
+        format!(r#"{{"tablet":"t2","kind":"intent","ht":1002,"txn":"{TXN_A}","ops":[{{"key":"ik2","value":""}}]}}"#),
+        format!(r#"{{"tablet":"t1","kind":"commit","ht":"1003","txn":"{TXN_A}","trx_id":"7:2","gtid":"0-1-2","participants":["t1","t2"]}}"#),
+        format!(r#"{{"tablet":"t2","kind":"abort","ht":"1004","txn":"{TXN_B}","trx_id":"8:1"}}"#),
+        r#"{"tablet":"t2","kind":"heartbeat","ht":"1005"}"#.to_string(),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+fn tidelog(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).unwrap()
+}
+
+fn ok(o: Output) -> Output {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+fn fails(o: Output) -> Output {
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected exit 1\nstdout:\n{}\nstderr:\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn append(dir: &Path, input: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["wal", "append", "--dir", s(dir)];
+    args.extend_from_slice(extra);
+    tidelog(&args, input.as_bytes())
+}
+
+fn dump(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["wal", "dump", "--dir", s(dir)];
+    args.extend_from_slice(extra);
+    tidelog(&args, b"")
+}
+
+fn check(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["wal", "check", "--dir", s(dir)];
+    args.extend_from_slice(extra);
+    tidelog(&args, b"")
+}
+
+fn lines(out: &str) -> Vec<Value> {
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn segments(tablet_dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(tablet_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `n` write records for `tablet` with ht from `ht0`, values big enough to fill segments.
+fn many(tablet: &str, ht0: u64, n: u64) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"tablet":"{tablet}","kind":"write","ht":"{}","trx_id":"3:{}","ops":[{{"key":"key{i}","value":"{}"}}]}}"#,
+                ht0 + i,
+                i + 1,
+                "x".repeat(100 + (i as usize * 13) % 300)
+            ) + "\n"
+        })
+        .collect()
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).unwrap();
+    b[0] ^= 0x5a;
+    f.write_all_at(&b, offset).unwrap();
+}
+
+#[test]
+fn append_then_dump_all_kinds() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let o = ok(append(&wal, &sample_input(), &[]));
+    let err = stderr(&o);
+    assert!(err.contains("6 records"), "{err}");
+    assert!(
+        err.contains("t1: 3 records") && err.contains("t2: 3 records"),
+        "{err}"
+    );
+
+    let out = stdout(&ok(dump(&wal, &[])));
+    let v = lines(&out);
+    assert_eq!(v.len(), 6);
+    // Sorted by tablet, then position.
+    let order: Vec<_> = v
+        .iter()
+        .map(|r| (r["tablet"].as_str().unwrap(), r["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("t1", "write"),
+            ("t1", "intent"),
+            ("t1", "commit"),
+            ("t2", "intent"),
+            ("t2", "abort"),
+            ("t2", "heartbeat"),
+        ]
+    );
+    assert_eq!(v[0]["pos"], 0);
+    assert_eq!(v[0]["ht"], "1000");
+    assert_eq!(v[0]["trx_id"], "7:1");
+    assert_eq!(v[0]["gtid"], "0-1-1");
+    assert_eq!(v[0]["ops"][0]["key"], "k1");
+    assert_eq!(v[0]["ops"][0]["value"], "v1");
+    assert_eq!(v[0]["ops"][1]["key"]["b64"], "AP8=");
+    assert!(v[0]["ops"][1]["value"].is_null());
+    assert!(v[1]["pos"].as_u64().unwrap() > 0);
+    assert_eq!(v[1]["txn"], TXN_A);
+    assert_eq!(v[2]["participants"], serde_json::json!(["t1", "t2"]));
+    assert_eq!(v[2]["gtid"], "0-1-2");
+    assert_eq!(v[3]["ht"], "1002");
+    assert_eq!(v[3]["ops"][0]["value"], "");
+    assert!(v[3].get("trx_id").is_none());
+    assert_eq!(v[4]["txn"], TXN_B);
+    assert_eq!(v[4]["trx_id"], "8:1");
+    // Fields in the documented order, only those the kind has.
+    assert_eq!(
+        out.lines().last().unwrap(),
+        format!(
+            r#"{{"tablet":"t2","pos":{},"kind":"heartbeat","ht":"1005"}}"#,
+            v[5]["pos"]
+        )
+    );
+
+    // One tablet only.
+    let t2 = lines(&stdout(&ok(dump(&wal, &["--tablet", "t2"]))));
+    assert_eq!(t2.len(), 3);
+    assert!(t2.iter().all(|r| r["tablet"] == "t2"));
+    // --written gives the same (everything was synced before append exited).
+    assert_eq!(stdout(&ok(dump(&wal, &["--written"]))), out);
+}
+
+#[test]
+fn dump_append_dump_round_trip_is_byte_identical() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    // Small segments in the source so the log spans several of them.
+    let input = sample_input() + &many("t3", 5000, 150);
+    ok(append(
+        &a,
+        &input,
+        &["--segment-size", "8KiB", "--sync", "always"],
+    ));
+    assert!(segments(&a.join("t3")).len() > 3);
+    let first = ok(dump(&a, &[])).stdout;
+    assert_eq!(lines(std::str::from_utf8(&first).unwrap()).len(), 156);
+    let o = ok(tidelog(&["wal", "append", "--dir", s(&b)], &first));
+    assert!(stderr(&o).contains("156 records"), "{}", stderr(&o));
+    let second = ok(dump(&b, &[])).stdout;
+    assert!(first == second, "dumps differ");
+    // And once more with --sync none and other segment sizes.
+    let c = d.path().join("c");
+    ok(tidelog(
+        &[
+            "wal",
+            "append",
+            "--dir",
+            s(&c),
+            "--sync",
+            "none",
+            "--segment-size",
+            "16384",
+        ],
+        &second,
+    ));
+    assert!(ok(dump(&c, &[])).stdout == first);
+}
+
+#[test]
+fn bad_line_stops_with_its_number_and_keeps_earlier_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let input = [
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"10"}"#,
+        r#"{"tablet":"t2","kind":"heartbeat","ht":"11"}"#,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"12","colour":"red"}"#,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"13"}"#,
+    ]
+    .join("\n");
+    let o = fails(append(&wal, &input, &[]));
+    let err = stderr(&o);
+    assert!(err.contains("line 3"), "{err}");
+    assert!(err.contains("colour"), "{err}");
+    let v = lines(&stdout(&ok(dump(&wal, &[]))));
+    let hts: Vec<_> = v.iter().map(|r| r["ht"].as_str().unwrap()).collect();
+    assert_eq!(hts, ["10", "11"]);
+
+    // More kinds of bad line, each at line 2 after a good one; nothing of it is written.
+    let bad: &[(&[u8], &str)] = &[
+        (b"not json at all", "line 2"),
+        (br#"{"tablet":"t1","kind":"write","ht":"21"}"#, "ops"),
+        (br#"{"tablet":"t1","kind":"heartbeat","ht":"-5"}"#, "ht"),
+        (br#"{"tablet":"bad/name","kind":"heartbeat","ht":"21"}"#, "tablet"),
+        (b"{\"tablet\":\"t1\",\"kind\":\"write\",\"ht\":\"21\",\"ops\":[{\"key\":\"\xff\xfe\",\"value\":null}]}", "UTF-8"),
+        (br#"{"tablet":"t1","kind":"abort","ht":"21","txn":"123"}"#, "txn"),
+    ];
+    for (i, (line, what)) in bad.iter().enumerate() {
+        let ht = 100 + 10 * i as u64;
+        let mut input = format!(r#"{{"tablet":"t1","kind":"heartbeat","ht":"{ht}"}}"#).into_bytes();
+        input.push(b'\n');
+        input.extend_from_slice(line);
+        input.extend_from_slice(b"\n");
+        let o = fails(tidelog(&["wal", "append", "--dir", s(&wal)], &input));
+        let err = stderr(&o);
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains(what), "expected {what:?} in: {err}");
+        let last = lines(&stdout(&ok(dump(&wal, &["--tablet", "t1"]))))
+            .pop()
+            .unwrap();
+        assert_eq!(last["ht"], ht.to_string(), "{err}");
+    }
+    ok(check(&wal, &[]));
+}
+
+#[test]
+fn ht_not_increasing_is_refused_with_line_number() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let input = [
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"10"}"#,
+        r#"{"tablet":"t2","kind":"heartbeat","ht":"5"}"#,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"20"}"#,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"20"}"#,
+    ]
+    .join("\n");
+    let o = fails(append(&wal, &input, &[]));
+    let err = stderr(&o);
+    assert!(err.contains("line 4"), "{err}");
+    assert!(err.contains("not greater"), "{err}");
+    assert_eq!(lines(&stdout(&ok(dump(&wal, &[])))).len(), 3);
+    // Across runs: the log's last ht counts.
+    let o = fails(append(
+        &wal,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"15"}"#,
+        &[],
+    ));
+    assert!(stderr(&o).contains("line 1"), "{}", stderr(&o));
+    ok(append(
+        &wal,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"21"}"#,
+        &[],
+    ));
+    assert_eq!(lines(&stdout(&ok(dump(&wal, &[])))).len(), 4);
+}
+
+#[test]
+fn check_passes_and_summarises_each_tablet() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(
+        &wal,
+        &(sample_input() + &many("t3", 5000, 100)),
+        &["--segment-size", "8KiB"],
+    ));
+    let o = ok(check(&wal, &[]));
+    let out = stdout(&o);
+    let l: Vec<_> = out.lines().collect();
+    assert_eq!(l.len(), 3, "{out}");
+    assert!(
+        l[0].starts_with("t1: ok segments=1 records=3 pos=0.."),
+        "{out}"
+    );
+    assert!(l[0].contains("ht=1000..1003"), "{out}");
+    assert!(l[1].starts_with("t2: ok segments=1 records=3 "), "{out}");
+    assert!(l[1].contains("ht=1002..1005"), "{out}");
+    let segs = segments(&wal.join("t3"));
+    assert!(
+        l[2].starts_with(&format!(
+            "t3: ok segments={} records=100 pos=0..",
+            segs.len()
+        )),
+        "{out}"
+    );
+    assert!(l[2].contains("ht=5000..5099"), "{out}");
+    // pos=0..END, bytes=END, durable=END.
+    let end = l[2]
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("pos=0.."))
+        .unwrap();
+    assert!(
+        l[2].contains(&format!("bytes={end} durable={end}")),
+        "{out}"
+    );
+
+    let one = stdout(&ok(check(&wal, &["--tablet", "t2"])));
+    assert_eq!(one.lines().count(), 1);
+    assert!(one.starts_with("t2: ok"));
+}
+
+#[test]
+fn corrupt_byte_is_reported_with_tablet_file_and_offset() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(
+        &wal,
+        &(sample_input() + &many("t3", 5000, 100)),
+        &["--segment-size", "8KiB"],
+    ));
+    let recs = lines(&stdout(&ok(dump(&wal, &["--tablet", "t3"]))));
+    let segs = segments(&wal.join("t3"));
+    assert!(segs.len() > 2);
+    // A byte in the body of the third record of the second segment.
+    let seg = &segs[1];
+    let name = seg.file_name().unwrap().to_str().unwrap().to_string();
+    let first = u64::from_str_radix(name.trim_end_matches(".seg"), 16).unwrap();
+    let in_seg: Vec<u64> = recs
+        .iter()
+        .map(|r| r["pos"].as_u64().unwrap())
+        .filter(|p| *p >= first)
+        .collect();
+    let target = (in_seg[2] + in_seg[3]) / 2;
+    flip_byte(seg, 128 + (target - first));
+
+    let o = fails(check(&wal, &[]));
+    let err = stderr(&o);
+    assert!(err.contains("tablet t3"), "{err}");
+    assert!(err.contains(&name), "{err}");
+    assert!(
+        err.contains(&format!("offset {}", 128 + in_seg[2] - first)),
+        "{err}"
+    );
+    assert!(err.contains("durable data damaged"), "{err}");
+    // The other tablets are still checked and reported.
+    let out = stdout(&o);
+    assert!(out.contains("t1: ok") && out.contains("t2: ok"), "{out}");
+    // dump fails too, after printing what precedes the damage.
+    let o = fails(dump(&wal, &["--tablet", "t3"]));
+    assert!(stderr(&o).contains(&name), "{}", stderr(&o));
+    assert_eq!(
+        lines(&stdout(&o)).len(),
+        recs.iter()
+            .filter(|r| r["pos"].as_u64().unwrap() < in_seg[2])
+            .count()
+    );
+    // The other tablets stay writable.
+    ok(append(
+        &wal,
+        r#"{"tablet":"t1","kind":"heartbeat","ht":"2000"}"#,
+        &[],
+    ));
+}
+
+#[test]
+fn wrong_magic_is_reported() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    let seg = segments(&wal.join("t1")).remove(0);
+    flip_byte(&seg, 0);
+    let err = stderr(&fails(check(&wal, &[])));
+    assert!(err.contains("tablet t1"), "{err}");
+    assert!(err.contains("0000000000000000.seg"), "{err}");
+    assert!(err.contains("offset 0"), "{err}");
+    assert!(err.contains("magic"), "{err}");
+    let err = stderr(&fails(dump(&wal, &[])));
+    assert!(err.contains("magic"), "{err}");
+}
+
+#[test]
+fn records_missing_below_durable_pos_are_durable_damage() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    let recs = lines(&stdout(&ok(dump(&wal, &["--tablet", "t1"]))));
+    let last = recs.last().unwrap()["pos"].as_u64().unwrap();
+    // Zero the last record: the valid records now end before durable_pos.
+    let seg = segments(&wal.join("t1")).remove(0);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0u8; 400], 128 + last).unwrap();
+    }
+    let err = stderr(&fails(check(&wal, &["--tablet", "t1"])));
+    assert!(err.contains("durable data damaged"), "{err}");
+    assert!(err.contains(&format!("position {last}")), "{err}");
+    assert!(err.contains("0000000000000000.seg"), "{err}");
+}
+
+#[test]
+fn torn_tail_after_durable_pos_is_a_warning() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    let out = stdout(&ok(check(&wal, &["--tablet", "t2"])));
+    let end: u64 = out
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("durable="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let seg = segments(&wal.join("t2")).remove(0);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&[0xab; 50], 128 + end).unwrap();
+    }
+    let o = ok(check(&wal, &["--tablet", "t2"]));
+    assert!(stderr(&o).contains("torn tail"), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("t2: ok segments=1 records=3"));
+    // dump reads only up to durable_pos: unaffected.
+    assert_eq!(
+        lines(&stdout(&ok(dump(&wal, &["--tablet", "t2"])))).len(),
+        3
+    );
+}
+
+#[test]
+fn garbage_files_are_named() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    let before = ok(dump(&wal, &[])).stdout;
+
+    // In a tablet directory.
+    let junk = wal.join("t1").join("junk.txt");
+    std::fs::write(&junk, b"hello").unwrap();
+    for o in [
+        fails(check(&wal, &[])),
+        fails(dump(&wal, &[])),
+        fails(append(
+            &wal,
+            r#"{"tablet":"t1","kind":"heartbeat","ht":"9999"}"#,
+            &[],
+        )),
+    ] {
+        let err = stderr(&o);
+        assert!(err.contains("junk.txt"), "{err}");
+        assert!(err.contains("unexpected file"), "{err}");
+    }
+    std::fs::remove_file(&junk).unwrap();
+    assert!(ok(dump(&wal, &[])).stdout == before, "nothing changed");
+
+    // In the WAL directory itself.
+    std::fs::write(wal.join("notes.txt"), b"hello").unwrap();
+    for o in [fails(check(&wal, &[])), fails(dump(&wal, &[]))] {
+        let err = stderr(&o);
+        assert!(err.contains("notes.txt"), "{err}");
+    }
+    // A named tablet is still readable.
+    ok(dump(&wal, &["--tablet", "t1"]));
+    // A tablet that does not exist.
+    let err = stderr(&fails(dump(&wal, &["--tablet", "nope"])));
+    assert!(err.contains("nope"), "{err}");
+}
+
+#[test]
+fn dump_from_a_record_position() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(
+        &wal,
+        &(sample_input() + &many("t3", 5000, 60)),
+        &["--segment-size", "8KiB"],
+    ));
+    let all = stdout(&ok(dump(&wal, &["--tablet", "t3"])));
+    let all_lines: Vec<&str> = all.lines().collect();
+    let recs = lines(&all);
+    for k in [0, 1, 30, 59] {
+        let pos = recs[k]["pos"].as_u64().unwrap().to_string();
+        let got = stdout(&ok(dump(&wal, &["--tablet", "t3", "--from", &pos])));
+        assert_eq!(
+            got.lines().collect::<Vec<_>>(),
+            all_lines[k..],
+            "from {pos}"
+        );
+    }
+    // Hex works too.
+    let p = recs[30]["pos"].as_u64().unwrap();
+    let got = stdout(&ok(dump(
+        &wal,
+        &["--tablet", "t3", "--from", &format!("0x{p:x}")],
+    )));
+    assert_eq!(got.lines().count(), 30);
+    // The end position gives nothing.
+    let out = stdout(&ok(check(&wal, &["--tablet", "t3"])));
+    let end = out
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("durable="))
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        stdout(&ok(dump(&wal, &["--tablet", "t3", "--from", &end]))),
+        ""
+    );
+
+    // Not a record boundary, beyond the end, not a number, or without --tablet.
+    let err = stderr(&fails(dump(
+        &wal,
+        &["--tablet", "t3", "--from", &(p + 1).to_string()],
+    )));
+    assert!(err.contains("--from"), "{err}");
+    assert!(err.contains("tablet t3"), "{err}");
+    let err = stderr(&fails(dump(
+        &wal,
+        &["--tablet", "t3", "--from", "99999999"],
+    )));
+    assert!(err.contains("beyond the readable end"), "{err}");
+    let o = dump(&wal, &["--tablet", "t3", "--from", "abc"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = dump(&wal, &["--from", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--tablet"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    for args in [
+        vec!["wal", "append", "--dir", s(&wal), "--sync", "sometimes"],
+        vec!["wal", "append", "--dir", s(&wal), "--segment-size", "lots"],
+        vec!["wal", "frobnicate"],
+        vec!["apply"],
+    ] {
+        let o = tidelog(&args, b"");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    // A size that parses but is out of range is a clear error, and nothing is created.
+    let o = fails(append(&wal, &sample_input(), &["--segment-size", "1KiB"]));
+    assert!(stderr(&o).contains("segment size"), "{}", stderr(&o));
+    assert!(!wal.exists());
+}
