@@ -214,6 +214,8 @@ pub struct Writer {
     committed_ht: Option<HybridTime>,
     flusher: Option<JoinHandle<()>>,
     report: RecoveryReport,
+    /// Whether new segments must be created durably (false while commits use `None`).
+    durable_segments: bool,
 }
 
 impl Writer {
@@ -246,7 +248,7 @@ impl Writer {
             dropped = report.dropped_bytes, "WAL opened"
         );
         let active = Arc::new(rec.active);
-        active.advise_sequential();
+        // no madvise: MADV_SEQUENTIAL slowed appends
         let shared = Arc::new(Shared {
             state: Mutex::new(SyncState {
                 segs: vec![active.clone()],
@@ -271,6 +273,7 @@ impl Writer {
             committed_ht: report.last_ht,
             flusher: None,
             report,
+            durable_segments: true,
         })
     }
 
@@ -365,6 +368,7 @@ impl Writer {
     /// Returns the new written position.
     pub fn commit(&mut self, sync: SyncPolicy) -> Result<WalPos> {
         let end = self.staged_pos();
+        self.durable_segments = sync != SyncPolicy::None;
         self.committed = end;
         self.committed_ht = self.staged_ht;
         self.shared.control.set_written(end);
@@ -460,9 +464,9 @@ impl Writer {
             &self.tablet,
             first,
             self.opts.segment_size,
-            true,
+            self.durable_segments,
         )?);
-        seg.advise_sequential();
+        // (no madvise)
         self.shared.lock().segs.push(seg.clone());
         self.active = seg;
         self.segments.push(first);

@@ -1,0 +1,855 @@
+//! `tidelog-bench wal`: one tablet's [`Writer`] appending and committing one record at a
+//! time, against a raw baseline over the same bytes.
+//!
+//! # Record size
+//!
+//! `--record-size N` is the record's whole on-disk size: the 32-byte header plus the body.
+//! The record is a `write` with no trx id and no gtid and one put op whose key is 8 bytes;
+//! its body is `u32 op count + u32 key len + u32 value len + key + value` = 20 + value bytes,
+//! so the value is `N − 52` bytes and every N ≥ 52 is hit exactly (smaller N are raised to
+//! 52, the smallest such record). One `Record` is built once and reused, only its ht bumped
+//! (`HybridTime(base + i)`), so the loop measures the WAL and not allocation.
+//!
+//! # What is timed
+//!
+//! Every loop reads the clock once per record: a record's latency is the time from the
+//! return of the previous `commit` to the return of its own, i.e. `append` + `commit` plus a
+//! few ns of loop and histogram bookkeeping (measured and printed as the instrumentation
+//! overhead). Segment rotation and its costs fall inside the records that trigger it.
+//!
+//! - `sync=none`: baseline = `memcpy` of the record bytes, pre-encoded once with
+//!   [`Record::encode`], into preallocated (`posix_fallocate`) memory-mapped files of the
+//!   segment size, rotated at the same record boundaries as the WAL (records start after a
+//!   128-byte header gap); the same number of records as the WAL wrote; no checksum, no
+//!   madvise, no clock reads inside the loop. The first file is created before the clock
+//!   starts, as the WAL's first segment is created by `Writer::open`.
+//! - `sync=always`: baseline = `pwrite` of the record bytes at increasing offsets into a
+//!   preallocated file followed by `fdatasync`, one per record, for the same duration.
+//! - `sync=batch`: two WAL latencies: the `commit` call (which returns before the bytes are
+//!   durable) and commit → durable, measured for **every** commit without blocking the
+//!   writer: after each commit the loop polls `durable_pos()` and resolves all commits it
+//!   covers (resolution: one loop iteration). The `always` baseline runs too.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use memmap2::MmapMut;
+use serde::Serialize;
+use tidelog_wal::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
+
+use crate::stats::{
+    fmt_bytes, fmt_int, fmt_ns, instrumentation_overhead_ns, nanos, new_histogram, parse_size,
+    Latency,
+};
+
+/// Key length of the benchmark record's op.
+const KEY_LEN: usize = 8;
+/// Record bytes besides the value: header, op count, key and value lengths, key.
+const FIXED_LEN: usize = RECORD_HEADER_LEN + 4 + 4 + 4 + KEY_LEN;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sync {
+    /// No sync: durable is declared at once.
+    None,
+    /// Group commit by the writer's flusher thread.
+    Batch,
+    /// msync before every commit returns.
+    Always,
+}
+
+impl Sync {
+    fn policy(self) -> SyncPolicy {
+        match self {
+            Sync::None => SyncPolicy::None,
+            Sync::Batch => SyncPolicy::Batch,
+            Sync::Always => SyncPolicy::Always,
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Sync::None => "none",
+            Sync::Batch => "batch",
+            Sync::Always => "always",
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct WalArgs {
+    /// Total on-disk record size in bytes, including the 32-byte header (a one-op `write`
+    /// with an 8-byte key; the value gets the rest; minimum 52).
+    #[arg(long, default_value_t = 1024, conflicts_with = "all")]
+    record_size: usize,
+    /// Sync policy of every commit.
+    #[arg(long, value_enum, required_unless_present = "all")]
+    sync: Option<Sync>,
+    /// How long the WAL writes (e.g. `10s`, `500ms`, `1m`).
+    #[arg(long, default_value = "10s")]
+    duration: humantime::Duration,
+    /// Directory to create the temporary benchmark directory in (default: the current
+    /// directory, so the disk under test is the working directory's filesystem).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Segment file size (bytes, or with a KiB/MiB/GiB suffix).
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    segment_size: u64,
+    /// Print one JSON object with every number instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Run the matrix (1 KiB, none), (100 B, none), (1 KiB, always), (1 KiB, batch).
+    #[arg(long, conflicts_with = "sync")]
+    all: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    record_size: usize,
+    sync: Sync,
+}
+
+const MATRIX: [Spec; 4] = [
+    Spec {
+        record_size: 1024,
+        sync: Sync::None,
+    },
+    Spec {
+        record_size: 100,
+        sync: Sync::None,
+    },
+    Spec {
+        record_size: 1024,
+        sync: Sync::Always,
+    },
+    Spec {
+        record_size: 1024,
+        sync: Sync::Batch,
+    },
+];
+
+#[derive(Debug, Serialize)]
+struct Machine {
+    nproc: usize,
+    kernel: String,
+    filesystem: String,
+    /// /proc/loadavg when the benchmark started (other work on the machine skews results).
+    loadavg: String,
+    dir: String,
+}
+
+#[derive(Debug, Serialize)]
+struct Output<'a> {
+    machine: &'a Machine,
+    duration_s: f64,
+    segment_size: u64,
+    /// Clock read + histogram record per timed record, in ns (included in every timed loop).
+    instrumentation_overhead_ns: f64,
+    runs: &'a [RunResult],
+}
+
+#[derive(Debug, Serialize)]
+struct Throughput {
+    records: u64,
+    bytes: u64,
+    elapsed_s: f64,
+    records_per_s: f64,
+    /// 10^6 bytes per second.
+    mb_per_s: f64,
+    /// 10^9 bytes per second.
+    gb_per_s: f64,
+}
+
+impl Throughput {
+    fn new(records: u64, bytes: u64, elapsed: Duration) -> Throughput {
+        let s = elapsed.as_secs_f64().max(1e-9);
+        Throughput {
+            records,
+            bytes,
+            elapsed_s: s,
+            records_per_s: records as f64 / s,
+            mb_per_s: bytes as f64 / s / 1e6,
+            gb_per_s: bytes as f64 / s / 1e9,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TidelogResult {
+    #[serde(flatten)]
+    throughput: Throughput,
+    /// append + commit, per record (for batch: the commit call, not durability).
+    commit_latency: Latency,
+    /// batch only: commit start → `durable_pos()` covers the commit, every commit.
+    durable_latency: Option<Latency>,
+    segments: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct BaselineResult {
+    /// `mmap_memcpy` or `pwrite_fdatasync`.
+    kind: &'static str,
+    #[serde(flatten)]
+    throughput: Throughput,
+    /// pwrite + fdatasync per record (none for the memcpy baseline, which is not timed per
+    /// record).
+    latency: Option<Latency>,
+    files: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct Budget {
+    name: String,
+    actual: f64,
+    target: f64,
+    pass: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct RunResult {
+    record_size: usize,
+    requested_record_size: usize,
+    key_len: usize,
+    value_len: usize,
+    sync: Sync,
+    tidelog: TidelogResult,
+    baseline: BaselineResult,
+    /// none: tidelog bytes/s ÷ baseline bytes/s.
+    throughput_ratio: Option<f64>,
+    /// always: tidelog commit p99 ÷ fdatasync p99; batch: durable p99 ÷ fdatasync p99.
+    p99_ratio: Option<f64>,
+    budgets: Vec<Budget>,
+}
+
+pub fn run(args: &WalArgs) -> Result<()> {
+    let duration: Duration = args.duration.into();
+    if duration.is_zero() {
+        bail!("--duration must be positive");
+    }
+    let parent = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("current directory")?,
+    };
+    std::fs::create_dir_all(&parent).with_context(|| format!("create {}", parent.display()))?;
+    let root = tempfile::Builder::new()
+        .prefix(".tidelog-bench-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("create a temporary directory in {}", parent.display()))?;
+    let fs = filesystem_of(root.path());
+    let machine = Machine {
+        nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kernel: kernel_release(),
+        filesystem: fs.clone(),
+        loadavg: std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+        dir: root.path().display().to_string(),
+    };
+    if fs == "tmpfs" || fs == "ramfs" {
+        eprintln!(
+            "warning: {} is on {fs}: syncs cost nothing there; pass --dir on a real disk",
+            root.path().display()
+        );
+    }
+    let overhead = instrumentation_overhead_ns()?;
+    let specs: Vec<Spec> = if args.all {
+        MATRIX.to_vec()
+    } else {
+        vec![Spec {
+            record_size: args.record_size,
+            sync: args.sync.unwrap_or(Sync::None),
+        }]
+    };
+    if !args.json {
+        println!(
+            "tidelog-bench wal: {} cores, Linux {}, load average {}, {} ({}), duration {} per run, segments {}",
+            machine.nproc,
+            machine.kernel,
+            machine.loadavg,
+            machine.dir,
+            machine.filesystem,
+            humantime::format_duration(duration),
+            fmt_bytes(args.segment_size),
+        );
+        println!(
+            "timing: one clock read per record; a record's latency = previous commit's return → \
+             its commit's return (append + commit); instrumentation {overhead:.1} ns/record"
+        );
+    }
+    let mut results = Vec::new();
+    for (k, spec) in specs.iter().enumerate() {
+        eprintln!(
+            "[{}/{}] {} B records, sync={}, {} ...",
+            k + 1,
+            specs.len(),
+            spec.record_size,
+            spec.sync.name(),
+            humantime::format_duration(duration)
+        );
+        let r = run_one(*spec, duration, args.segment_size, root.path(), k)?;
+        if !args.json {
+            print_run(&r, duration);
+        }
+        results.push(r);
+    }
+    if args.json {
+        let out = Output {
+            machine: &machine,
+            duration_s: duration.as_secs_f64(),
+            segment_size: args.segment_size,
+            instrumentation_overhead_ns: overhead,
+            runs: &results,
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if args.all {
+        print_summary(&results);
+    }
+    Ok(())
+}
+
+/// The benchmark record of (as close as possible to) `size` total bytes.
+fn bench_record(size: usize) -> Result<Record> {
+    let value_len = size.saturating_sub(FIXED_LEN);
+    let rec = Record::new(
+        HybridTime(1),
+        Body::Write {
+            ops: vec![Op::put(*b"benchkey", vec![0xA5u8; value_len])],
+            trx_id: None,
+            gtid: None,
+        },
+    );
+    let total = RECORD_HEADER_LEN + rec.encoded_body_len()?;
+    if total != value_len + FIXED_LEN {
+        bail!(
+            "record layout changed: expected {} bytes, got {total}",
+            value_len + FIXED_LEN
+        );
+    }
+    Ok(rec)
+}
+
+fn run_one(
+    spec: Spec,
+    duration: Duration,
+    segment_size: u64,
+    root: &Path,
+    k: usize,
+) -> Result<RunResult> {
+    let mut rec = bench_record(spec.record_size)?;
+    let record_len = rec.encode(WalPos::ZERO)?.len();
+    let cap = segment_size as usize - SEGMENT_HEADER_LEN;
+    if record_len > cap {
+        bail!("a {record_len}-byte record does not fit a {segment_size}-byte segment");
+    }
+    // Start from a quiet device: flush whatever earlier runs left dirty.
+    sync_all();
+    let wal_dir = root.join(format!("wal-{k}"));
+    let tidelog = run_tidelog(&mut rec, spec.sync, duration, segment_size, &wal_dir)?;
+    std::fs::remove_dir_all(&wal_dir).with_context(|| format!("remove {}", wal_dir.display()))?;
+    sync_all();
+
+    let bytes = rec.encode(WalPos::ZERO)?;
+    let base_dir = root.join(format!("baseline-{k}"));
+    std::fs::create_dir_all(&base_dir)?;
+    let baseline = match spec.sync {
+        Sync::None => baseline_memcpy(&bytes, tidelog.throughput.records, segment_size, &base_dir)?,
+        Sync::Always | Sync::Batch => {
+            baseline_fdatasync(&bytes, duration, segment_size, &base_dir)?
+        }
+    };
+    std::fs::remove_dir_all(&base_dir).with_context(|| format!("remove {}", base_dir.display()))?;
+    sync_all();
+
+    let throughput_ratio = (spec.sync == Sync::None)
+        .then(|| tidelog.throughput.mb_per_s / baseline.throughput.mb_per_s);
+    let base_p99 = baseline.latency.as_ref().map(|l| l.p99_ns as f64);
+    let p99_ratio = match spec.sync {
+        Sync::None => None,
+        Sync::Always => base_p99.map(|b| tidelog.commit_latency.p99_ns as f64 / b),
+        Sync::Batch => base_p99
+            .zip(tidelog.durable_latency.as_ref())
+            .map(|(b, d)| d.p99_ns as f64 / b),
+    };
+    let mut budgets = Vec::new();
+    match spec.sync {
+        Sync::None => {
+            if record_len == 1024 {
+                let gbs = tidelog.throughput.gb_per_s;
+                budgets.push(Budget {
+                    name: "sync=none 1 KiB records: GB/s ≥ 2".into(),
+                    actual: gbs,
+                    target: 2.0,
+                    pass: gbs >= 2.0,
+                });
+            }
+            if record_len == 100 {
+                let mrs = tidelog.throughput.records_per_s / 1e6;
+                budgets.push(Budget {
+                    name: "sync=none 100 B records: M records/s ≥ 5".into(),
+                    actual: mrs,
+                    target: 5.0,
+                    pass: mrs >= 5.0,
+                });
+            }
+            if let Some(r) = throughput_ratio {
+                budgets.push(Budget {
+                    name: "sync=none: throughput ≥ 0.5× memcpy baseline".into(),
+                    actual: r,
+                    target: 0.5,
+                    pass: r >= 0.5,
+                });
+            }
+        }
+        Sync::Always => {
+            if let Some(r) = p99_ratio {
+                budgets.push(Budget {
+                    name: "sync=always: commit p99 ≤ 1.5× fdatasync p99".into(),
+                    actual: r,
+                    target: 1.5,
+                    pass: r <= 1.5,
+                });
+            }
+        }
+        Sync::Batch => {}
+    }
+    Ok(RunResult {
+        record_size: record_len,
+        requested_record_size: spec.record_size,
+        key_len: KEY_LEN,
+        value_len: record_len - FIXED_LEN,
+        sync: spec.sync,
+        tidelog,
+        baseline,
+        throughput_ratio,
+        p99_ratio,
+        budgets,
+    })
+}
+
+/// The WAL under test: append + commit one record at a time until `duration` has passed.
+fn run_tidelog(
+    rec: &mut Record,
+    sync: Sync,
+    duration: Duration,
+    segment_size: u64,
+    wal_dir: &Path,
+) -> Result<TidelogResult> {
+    let tablet: TabletId = "bench".parse()?;
+    let opts = WalOptions {
+        segment_size,
+        ..WalOptions::default()
+    };
+    let mut w = Writer::open(wal_dir, &tablet, opts)?;
+    let policy = sync.policy();
+    let base = HybridTime::from_system_time(SystemTime::now()).0;
+    let mut commit_h = new_histogram()?;
+    let mut durable_h = new_histogram()?;
+    // batch: commits not yet seen durable, (end, start of the append).
+    let mut pending: VecDeque<(WalPos, Instant)> = VecDeque::new();
+    let track_durable = sync == Sync::Batch;
+    let start_pos = w.written_pos();
+
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut prev = start;
+    let mut i = 0u64;
+    loop {
+        rec.ht = HybridTime(base + i);
+        w.append(rec)?;
+        let end = w.commit(policy)?;
+        i += 1;
+        let now = Instant::now();
+        commit_h.saturating_record(nanos(now - prev));
+        if track_durable {
+            pending.push_back((end, prev));
+            let durable = w.durable_pos();
+            while let Some(&(p, t)) = pending.front() {
+                if p > durable {
+                    break;
+                }
+                durable_h.saturating_record(nanos(now - t));
+                pending.pop_front();
+            }
+        }
+        prev = now;
+        if now >= deadline {
+            break;
+        }
+    }
+    let elapsed = prev - start;
+    if let Some(&(last, _)) = pending.back() {
+        if !w.wait_durable(last, Duration::from_secs(120)) {
+            bail!("batch commits were not durable 120 s after the run");
+        }
+        let now = Instant::now();
+        for (_, t) in pending.drain(..) {
+            durable_h.saturating_record(nanos(now - t));
+        }
+    }
+    let bytes = w.written_pos().since(start_pos);
+    let dir = w.dir().to_path_buf();
+    w.close()?;
+    let segments = count_files(&dir, ".seg")?;
+    Ok(TidelogResult {
+        throughput: Throughput::new(i, bytes, elapsed),
+        commit_latency: Latency::of(&commit_h),
+        durable_latency: track_durable.then(|| Latency::of(&durable_h)),
+        segments,
+    })
+}
+
+/// A preallocated segment-sized file.
+fn create_prealloc(dir: &Path, k: usize, size: u64) -> Result<File> {
+    let path = dir.join(format!("{k:08}.seg"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .with_context(|| format!("create {}", path.display()))?;
+    file.set_len(size)?;
+    let len = libc::off_t::try_from(size).context("segment size")?;
+    // SAFETY: plain syscall on a valid fd.
+    let rc = unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(&file), 0, len) };
+    if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+        return Err(std::io::Error::from_raw_os_error(rc))
+            .with_context(|| format!("posix_fallocate {}", path.display()));
+    }
+    Ok(file)
+}
+
+fn map_segment(file: &File) -> Result<MmapMut> {
+    // SAFETY: the file is ours alone (a fresh file in our temporary directory); nothing
+    // truncates it while it is mapped.
+    // No madvise: this is the raw reference (the WAL's MADV_SEQUENTIAL is a WAL choice and
+    // is measured as part of the WAL).
+    unsafe { MmapMut::map_mut(file) }.context("mmap")
+}
+
+/// `sync=none` baseline: memcpy `n` copies of `bytes` into mapped, preallocated files.
+fn baseline_memcpy(bytes: &[u8], n: u64, segment_size: u64, dir: &Path) -> Result<BaselineResult> {
+    let cap = segment_size as usize - SEGMENT_HEADER_LEN;
+    let len = bytes.len();
+    let mut files = 0usize;
+    // The WAL's first segment exists before its clock starts; so does this one.
+    let mut map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
+    files += 1;
+    let mut off = 0usize;
+    let start = Instant::now();
+    for _ in 0..n {
+        if off + len > cap {
+            map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
+            files += 1;
+            off = 0;
+        }
+        let at = SEGMENT_HEADER_LEN + off;
+        map[at..at + len].copy_from_slice(bytes);
+        off += len;
+    }
+    let elapsed = start.elapsed();
+    std::hint::black_box(&map);
+    drop(map);
+    Ok(BaselineResult {
+        kind: "mmap_memcpy",
+        throughput: Throughput::new(n, n * len as u64, elapsed),
+        latency: None,
+        files,
+    })
+}
+
+/// `sync=always` baseline: pwrite + fdatasync of `bytes` at increasing offsets for `duration`.
+fn baseline_fdatasync(
+    bytes: &[u8],
+    duration: Duration,
+    segment_size: u64,
+    dir: &Path,
+) -> Result<BaselineResult> {
+    use std::os::unix::fs::FileExt;
+    let cap = segment_size as usize - SEGMENT_HEADER_LEN;
+    let len = bytes.len();
+    let mut h: Histogram<u64> = new_histogram()?;
+    let mut files = 0usize;
+    let mut file = create_prealloc(dir, files, segment_size)?;
+    files += 1;
+    let mut off = 0usize;
+    let mut n = 0u64;
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut prev = start;
+    loop {
+        if off + len > cap {
+            file = create_prealloc(dir, files, segment_size)?;
+            files += 1;
+            off = 0;
+        }
+        file.write_all_at(bytes, (SEGMENT_HEADER_LEN + off) as u64)
+            .context("pwrite")?;
+        file.sync_data().context("fdatasync")?;
+        off += len;
+        n += 1;
+        let now = Instant::now();
+        h.saturating_record(nanos(now - prev));
+        prev = now;
+        if now >= deadline {
+            break;
+        }
+    }
+    let elapsed = prev - start;
+    Ok(BaselineResult {
+        kind: "pwrite_fdatasync",
+        throughput: Throughput::new(n, n * len as u64, elapsed),
+        latency: Some(Latency::of(&h)),
+        files,
+    })
+}
+
+fn sync_all() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+fn count_files(dir: &Path, suffix: &str) -> Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).with_context(|| format!("list {}", dir.display()))? {
+        if e?.file_name().to_string_lossy().ends_with(suffix) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+fn filesystem_of(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return "unknown".into();
+    };
+    // SAFETY: statfs fills the zeroed struct; `c` is a valid NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return "unknown".into();
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as u64 & 0xffff_ffff;
+    match magic {
+        0xEF53 => "ext4".into(),
+        0x5846_5342 => "xfs".into(),
+        0x9123_683E => "btrfs".into(),
+        0x0102_1994 => "tmpfs".into(),
+        0x8584_58F6 => "ramfs".into(),
+        0x794C_7630 => "overlayfs".into(),
+        0x2FC1_2FC1 => "zfs".into(),
+        0xF2F5_2010 => "f2fs".into(),
+        0x6969 => "nfs".into(),
+        m => format!("fs magic {m:#x}"),
+    }
+}
+
+fn kernel_release() -> String {
+    // SAFETY: uname fills the zeroed struct; its fields are NUL-terminated.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "unknown".into();
+    }
+    // SAFETY: `release` is NUL-terminated by uname.
+    unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+// ---- human output ----
+
+fn lat_cols(l: Option<&Latency>) -> String {
+    match l {
+        Some(l) => format!(
+            "{:>9} {:>9} {:>9} {:>9}",
+            fmt_ns(l.p50_ns),
+            fmt_ns(l.p99_ns),
+            fmt_ns(l.p999_ns),
+            fmt_ns(l.max_ns)
+        ),
+        None => format!("{:>9} {:>9} {:>9} {:>9}", "-", "-", "-", "-"),
+    }
+}
+
+fn tput_cols(t: &Throughput) -> String {
+    format!(
+        "{:>12} {:>9.3}s {:>12} {:>10.1}",
+        fmt_int(t.records),
+        t.elapsed_s,
+        fmt_int(t.records_per_s.round() as u64),
+        t.mb_per_s
+    )
+}
+
+fn pass(b: bool) -> &'static str {
+    if b {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+fn print_run(r: &RunResult, duration: Duration) {
+    println!();
+    println!(
+        "== {} B records (key {} B, value {} B{}), sync={}, {} ==",
+        r.record_size,
+        r.key_len,
+        r.value_len,
+        if r.record_size != r.requested_record_size {
+            format!(
+                "; {} B requested, 52 B is the smallest",
+                r.requested_record_size
+            )
+        } else {
+            String::new()
+        },
+        r.sync.name(),
+        humantime::format_duration(duration)
+    );
+    println!(
+        "{:<30} {:>12} {:>10} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "", "records", "elapsed", "records/s", "MB/s", "p50", "p99", "p999", "max"
+    );
+    let t = &r.tidelog;
+    let label = match r.sync {
+        Sync::None => "tidelog append+commit(none)",
+        Sync::Always => "tidelog append+commit(always)",
+        Sync::Batch => "tidelog append+commit(batch)",
+    };
+    println!(
+        "{label:<30} {} {}",
+        tput_cols(&t.throughput),
+        lat_cols(Some(&t.commit_latency))
+    );
+    if let Some(d) = &t.durable_latency {
+        println!(
+            "{:<30} {:>12} {:>10} {:>12} {:>10} {}",
+            "tidelog commit→durable",
+            fmt_int(d.count),
+            "",
+            "",
+            "",
+            lat_cols(Some(d))
+        );
+    }
+    let b = &r.baseline;
+    let blabel = match b.kind {
+        "mmap_memcpy" => "baseline mmap memcpy",
+        _ => "baseline pwrite+fdatasync",
+    };
+    println!(
+        "{blabel:<30} {} {}",
+        tput_cols(&b.throughput),
+        lat_cols(b.latency.as_ref())
+    );
+    println!(
+        "tidelog: {} segment file(s); baseline: {} file(s), {:.3} GB/s, {} records/s",
+        t.segments,
+        b.files,
+        b.throughput.gb_per_s,
+        fmt_int(b.throughput.records_per_s.round() as u64)
+    );
+    match r.sync {
+        Sync::None => println!(
+            "baseline: the same {} records memcpy'd (pre-encoded, no checksum, not timed per record)",
+            fmt_int(b.throughput.records)
+        ),
+        Sync::Always => {}
+        Sync::Batch => println!(
+            "batch: the first latency row is the commit call (returns before durability); \
+             commit→durable runs from the start of the append to the first poll of \
+             durable_pos() that covers it, for every commit"
+        ),
+    }
+    if let Some(x) = r.throughput_ratio {
+        println!("ratio tidelog/baseline throughput: {x:.3}×");
+    }
+    if let Some(x) = r.p99_ratio {
+        let what = if r.sync == Sync::Batch {
+            "commit→durable p99 / fdatasync p99"
+        } else {
+            "commit p99 / fdatasync p99"
+        };
+        println!("ratio tidelog/baseline {what}: {x:.3}×");
+    }
+    for bu in &r.budgets {
+        println!(
+            "budget {:<48} actual {:>8.3}  target {:>5}  {}",
+            bu.name,
+            bu.actual,
+            bu.target,
+            pass(bu.pass)
+        );
+    }
+}
+
+fn print_summary(results: &[RunResult]) {
+    println!();
+    println!("== summary ==");
+    println!(
+        "{:<7} {:<7} {:>12} {:>10} {:>9} {:>9} {:>9} {:>9}  {:<28} {:<10} budgets",
+        "record", "sync", "records/s", "MB/s", "p50", "p99", "p999", "max", "baseline", "ratio"
+    );
+    for r in results {
+        let t = &r.tidelog;
+        let base = match r.sync {
+            Sync::None => format!("memcpy {:.3} GB/s", r.baseline.throughput.gb_per_s),
+            _ => format!(
+                "fdatasync p99 {}",
+                r.baseline
+                    .latency
+                    .as_ref()
+                    .map_or("-".into(), |l| fmt_ns(l.p99_ns))
+            ),
+        };
+        let ratio = match (r.throughput_ratio, r.p99_ratio) {
+            (Some(x), _) => format!("{x:.3}× tput"),
+            (None, Some(x)) => format!("{x:.3}× p99"),
+            _ => "-".into(),
+        };
+        let budgets = if r.budgets.is_empty() {
+            "(none)".to_string()
+        } else {
+            r.budgets
+                .iter()
+                .map(|b| format!("{} {}", short_budget(&b.name), pass(b.pass)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "{:<7} {:<7} {:>12} {:>10.1} {}  {:<28} {:<10} {}",
+            format!("{} B", r.record_size),
+            r.sync.name(),
+            fmt_int(t.throughput.records_per_s.round() as u64),
+            t.throughput.mb_per_s,
+            lat_cols(Some(&t.commit_latency)),
+            base,
+            ratio,
+            budgets
+        );
+        if let Some(d) = &t.durable_latency {
+            println!(
+                "{:<7} {:<7} {:>12} {:>10} {}  (commit→durable)",
+                "",
+                "",
+                "",
+                "",
+                lat_cols(Some(d))
+            );
+        }
+    }
+}
+
+fn short_budget(name: &str) -> &str {
+    match name.split_once(": ") {
+        Some((_, rest)) => rest,
+        None => name,
+    }
+}
