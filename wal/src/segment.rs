@@ -231,9 +231,4 @@ impl MappedSegment {
             .flush_range(SEGMENT_HEADER_LEN + from, to - from)
             .map_err(|e| Error::io("msync", &self.path, e))
     }
-
-    /// Advise the kernel we write this mapping sequentially.
-    pub fn advise_sequential(&self) {
-        let _ = self.map.advise(memmap2::Advice::Sequential);
-    }
 }
