@@ -349,19 +349,39 @@ impl Writer {
         Ok(pos)
     }
 
-    /// Drops the staged, uncommitted records (their bytes are zeroed).
-    pub fn rollback(&mut self) {
+    /// Drops the staged, uncommitted records: their bytes are zeroed, and segments created
+    /// for them since the last commit are removed.
+    pub fn rollback(&mut self) -> Result<()> {
+        while self.active.first > self.committed && self.segments.len() > 1 {
+            let path = self.active.path.clone();
+            self.segments.pop();
+            let prev = self.segments[self.segments.len() - 1];
+            let prev_path = self.dir.join(segment::segment_file_name(prev));
+            let seg = Arc::new(MappedSegment::open(prev_path, prev)?);
+            {
+                let mut st = self.shared.lock();
+                st.segs.retain(|s| s.first < self.active.first);
+                if !st.segs.iter().any(|s| s.first == prev) {
+                    st.segs.push(seg.clone());
+                }
+            }
+            self.active = seg;
+            std::fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))?;
+            fsutil::fsync_dir(&self.dir)?;
+            self.off = self.active.capacity;
+        }
         let committed_off = self.committed.since(self.active.first) as usize;
-        if self.committed >= self.active.first && self.off > committed_off {
+        if self.off > committed_off {
             // SAFETY: as in `append`; the range is staged, unpublished space.
             unsafe {
                 self.active
                     .data_mut(committed_off, self.off - committed_off)
             }
             .fill(0);
-            self.off = committed_off;
         }
+        self.off = committed_off;
         self.staged_ht = self.committed_ht;
+        Ok(())
     }
 
     /// Publishes the staged records to tailers and makes them durable per `sync`.

@@ -80,3 +80,32 @@ fn locked_by_another_writer() {
     let e = Writer::open(d.path(), &t, WalOptions::default()).unwrap_err();
     assert!(matches!(e, Error::Locked { .. }), "{e}");
 }
+
+#[test]
+fn rollback_across_rotation_leaves_only_committed_records() {
+    let d = tempfile::tempdir().unwrap();
+    let t: TabletId = "r".parse().unwrap();
+    let mut w = Writer::open(d.path(), &t, opts(8192)).unwrap();
+    let first = write_rec(0, 1000);
+    let p0 = w.append(&first).unwrap();
+    let end = w.commit(SyncPolicy::Always).unwrap();
+    for i in 1..20 {
+        w.append(&write_rec(i, 1000)).unwrap();
+    }
+    assert!(w.staged_pos() > end);
+    w.rollback().unwrap();
+    assert_eq!(w.staged_pos(), end);
+    let after = write_rec(100, 10);
+    let p1 = w.append(&after).unwrap();
+    assert_eq!(p1, end);
+    w.commit(SyncPolicy::Always).unwrap();
+    let got: Vec<_> = Reader::open(d.path(), &t, ReadLimit::Durable)
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got, vec![(p0, first), (p1, after)]);
+    drop(w);
+    let w = Writer::open(d.path(), &t, opts(8192)).unwrap();
+    assert_eq!(w.recovery_report().dropped_bytes, 0);
+    assert_eq!(w.recovery_report().segments, 1);
+}
