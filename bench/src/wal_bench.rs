@@ -12,10 +12,13 @@
 //!
 //! # What is timed
 //!
-//! Every loop reads the clock once per record: a record's latency is the time from the
+//! Every timed loop reads the clock once per record: a record's latency is the time from the
 //! return of the previous `commit` to the return of its own, i.e. `append` + `commit` plus a
 //! few ns of loop and histogram bookkeeping (measured and printed as the instrumentation
-//! overhead). Segment rotation and its costs fall inside the records that trigger it.
+//! overhead). The clock is the TSC (`rdtsc`, ~13 ns here) when the CPU has a constant,
+//! non-stop TSC, else `Instant` (~35 ns on this VM); ticks are converted to ns by the
+//! monotonic clock read at the start and end of each loop. Throughput uses the monotonic
+//! clock. Segment rotation and its costs fall inside the records that trigger it.
 //!
 //! - `sync=none`: baseline = `memcpy` of the record bytes, pre-encoded once with
 //!   [`Record::encode`], into preallocated (`posix_fallocate`) memory-mapped files of the
@@ -23,6 +26,11 @@
 //!   128-byte header gap); the same number of records as the WAL wrote; no checksum, no
 //!   madvise, no clock reads inside the loop. The first file is created before the clock
 //!   starts, as the WAL's first segment is created by `Writer::open`.
+//!   Before the WAL runs, an untimed-for-the-ratio memcpy warm-up of the same duration
+//!   (deleted before the WAL starts) makes both measured phases reuse recently freed
+//!   page-cache memory: on a VM with free page reporting, memory the guest has not touched
+//!   lately costs a host fault on first touch, which would otherwise penalise whichever phase
+//!   runs first. The warm-up's own rate is printed as the first-touch figure.
 //! - `sync=always`: baseline = `pwrite` of the record bytes at increasing offsets into a
 //!   preallocated file followed by `fdatasync`, one per record, for the same duration.
 //! - `sync=batch`: two WAL latencies: the `commit` call (which returns before the bytes are
@@ -44,8 +52,8 @@ use tidelog_wal::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 
 use crate::stats::{
-    fmt_bytes, fmt_int, fmt_ns, instrumentation_overhead_ns, nanos, new_histogram, parse_size,
-    Latency,
+    fmt_bytes, fmt_int, fmt_ns, instrumentation_overhead_ns, nanos, new_histogram, ns_per_tick,
+    parse_size, Clock, Latency,
 };
 
 /// Key length of the benchmark record's op.
@@ -150,6 +158,8 @@ struct Output<'a> {
     segment_size: u64,
     /// Clock read + histogram record per timed record, in ns (included in every timed loop).
     instrumentation_overhead_ns: f64,
+    /// `rdtsc` or `clock_gettime(CLOCK_MONOTONIC)`.
+    clock: &'static str,
     runs: &'a [RunResult],
 }
 
@@ -219,6 +229,8 @@ struct RunResult {
     sync: Sync,
     tidelog: TidelogResult,
     baseline: BaselineResult,
+    /// sync=none: the untimed-for-ratio memcpy warm-up that ran first (first-touch memory).
+    warmup: Option<BaselineResult>,
     /// none: tidelog bytes/s ÷ baseline bytes/s.
     throughput_ratio: Option<f64>,
     /// always: tidelog commit p99 ÷ fdatasync p99; batch: durable p99 ÷ fdatasync p99.
@@ -256,7 +268,9 @@ pub fn run(args: &WalArgs) -> Result<()> {
             root.path().display()
         );
     }
-    let overhead = instrumentation_overhead_ns()?;
+    let clock = Clock::new();
+    let clock_tpn = clock.ticks_per_ns(Duration::from_millis(20));
+    let overhead = instrumentation_overhead_ns(&clock)?;
     let specs: Vec<Spec> = if args.all {
         MATRIX.to_vec()
     } else {
@@ -277,8 +291,9 @@ pub fn run(args: &WalArgs) -> Result<()> {
             fmt_bytes(args.segment_size),
         );
         println!(
-            "timing: one clock read per record; a record's latency = previous commit's return → \
-             its commit's return (append + commit); instrumentation {overhead:.1} ns/record"
+            "timing: one {} read per record; a record's latency = previous commit's return → \
+             its commit's return (append + commit); instrumentation {overhead:.1} ns/record",
+            clock.source()
         );
     }
     let mut results = Vec::new();
@@ -291,7 +306,14 @@ pub fn run(args: &WalArgs) -> Result<()> {
             spec.sync.name(),
             humantime::format_duration(duration)
         );
-        let r = run_one(*spec, duration, args.segment_size, root.path(), k)?;
+        let r = run_one(
+            *spec,
+            duration,
+            args.segment_size,
+            root.path(),
+            k,
+            (&clock, clock_tpn),
+        )?;
         if !args.json {
             print_run(&r, duration);
         }
@@ -303,6 +325,7 @@ pub fn run(args: &WalArgs) -> Result<()> {
             duration_s: duration.as_secs_f64(),
             segment_size: args.segment_size,
             instrumentation_overhead_ns: overhead,
+            clock: clock.source(),
             runs: &results,
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -339,6 +362,7 @@ fn run_one(
     segment_size: u64,
     root: &Path,
     k: usize,
+    clock: (&Clock, f64),
 ) -> Result<RunResult> {
     let mut rec = bench_record(spec.record_size)?;
     let record_len = rec.encode(WalPos::ZERO)?.len();
@@ -348,18 +372,39 @@ fn run_one(
     }
     // Start from a quiet device: flush whatever earlier runs left dirty.
     sync_all();
+    let bytes = rec.encode(WalPos::ZERO)?;
+    // sync=none: whichever phase runs second reuses the page-cache memory the first one just
+    // freed. On a VM whose freed memory goes back to the host (free page reporting) that
+    // memory is much cheaper to touch again than memory the guest has not touched lately, so
+    // a memcpy warm-up of the same duration runs first and both measured phases start warm.
+    let warmup = if spec.sync == Sync::None {
+        let d = root.join(format!("warmup-{k}"));
+        std::fs::create_dir_all(&d)?;
+        let until = Instant::now() + duration;
+        let w = baseline_memcpy(&bytes, u64::MAX, Some(until), segment_size, &d)?;
+        std::fs::remove_dir_all(&d).with_context(|| format!("remove {}", d.display()))?;
+        sync_all();
+        Some(w)
+    } else {
+        None
+    };
     let wal_dir = root.join(format!("wal-{k}"));
-    let tidelog = run_tidelog(&mut rec, spec.sync, duration, segment_size, &wal_dir)?;
+    let tidelog = run_tidelog(&mut rec, spec.sync, duration, segment_size, &wal_dir, clock)?;
     std::fs::remove_dir_all(&wal_dir).with_context(|| format!("remove {}", wal_dir.display()))?;
     sync_all();
 
-    let bytes = rec.encode(WalPos::ZERO)?;
     let base_dir = root.join(format!("baseline-{k}"));
     std::fs::create_dir_all(&base_dir)?;
     let baseline = match spec.sync {
-        Sync::None => baseline_memcpy(&bytes, tidelog.throughput.records, segment_size, &base_dir)?,
+        Sync::None => baseline_memcpy(
+            &bytes,
+            tidelog.throughput.records,
+            None,
+            segment_size,
+            &base_dir,
+        )?,
         Sync::Always | Sync::Batch => {
-            baseline_fdatasync(&bytes, duration, segment_size, &base_dir)?
+            baseline_fdatasync(&bytes, duration, segment_size, &base_dir, clock)?
         }
     };
     std::fs::remove_dir_all(&base_dir).with_context(|| format!("remove {}", base_dir.display()))?;
@@ -425,6 +470,7 @@ fn run_one(
         sync: spec.sync,
         tidelog,
         baseline,
+        warmup,
         throughput_ratio,
         p99_ratio,
         budgets,
@@ -438,6 +484,7 @@ fn run_tidelog(
     duration: Duration,
     segment_size: u64,
     wal_dir: &Path,
+    (clock, clock_tpn): (&Clock, f64),
 ) -> Result<TidelogResult> {
     let tablet: TabletId = "bench".parse()?;
     let opts = WalOptions {
@@ -450,21 +497,21 @@ fn run_tidelog(
     let mut commit_h = new_histogram()?;
     let mut durable_h = new_histogram()?;
     // batch: commits not yet seen durable, (end, start of the append).
-    let mut pending: VecDeque<(WalPos, Instant)> = VecDeque::new();
+    let mut pending: VecDeque<(WalPos, u64)> = VecDeque::new();
     let track_durable = sync == Sync::Batch;
     let start_pos = w.written_pos();
 
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut prev = start;
+    let start = clock.mark();
+    let deadline = start.ticks + deadline_ticks(duration, clock_tpn);
+    let mut prev = start.ticks;
     let mut i = 0u64;
     loop {
         rec.ht = HybridTime(base + i);
         w.append(rec)?;
         let end = w.commit(policy)?;
         i += 1;
-        let now = Instant::now();
-        commit_h.saturating_record(nanos(now - prev));
+        let now = clock.now();
+        commit_h.saturating_record(now.wrapping_sub(prev));
         if track_durable {
             pending.push_back((end, prev));
             let durable = w.durable_pos();
@@ -472,7 +519,7 @@ fn run_tidelog(
                 if p > durable {
                     break;
                 }
-                durable_h.saturating_record(nanos(now - t));
+                durable_h.saturating_record(now.wrapping_sub(t));
                 pending.pop_front();
             }
         }
@@ -481,26 +528,32 @@ fn run_tidelog(
             break;
         }
     }
-    let elapsed = prev - start;
+    let stop = clock.mark();
     if let Some(&(last, _)) = pending.back() {
         if !w.wait_durable(last, Duration::from_secs(120)) {
             bail!("batch commits were not durable 120 s after the run");
         }
-        let now = Instant::now();
+        let now = clock.now();
         for (_, t) in pending.drain(..) {
-            durable_h.saturating_record(nanos(now - t));
+            durable_h.saturating_record(now.wrapping_sub(t));
         }
     }
+    let npt = ns_per_tick(start, stop);
     let bytes = w.written_pos().since(start_pos);
     let dir = w.dir().to_path_buf();
     w.close()?;
     let segments = count_files(&dir, ".seg")?;
     Ok(TidelogResult {
-        throughput: Throughput::new(i, bytes, elapsed),
-        commit_latency: Latency::of(&commit_h),
-        durable_latency: track_durable.then(|| Latency::of(&durable_h)),
+        throughput: Throughput::new(i, bytes, stop.instant - start.instant),
+        commit_latency: Latency::of_ticks(&commit_h, npt),
+        durable_latency: track_durable.then(|| Latency::of_ticks(&durable_h, npt)),
         segments,
     })
+}
+
+/// `duration` in clock ticks.
+fn deadline_ticks(duration: Duration, ticks_per_ns: f64) -> u64 {
+    (nanos(duration) as f64 * ticks_per_ns) as u64
 }
 
 /// A preallocated segment-sized file.
@@ -532,8 +585,15 @@ fn map_segment(file: &File) -> Result<MmapMut> {
     unsafe { MmapMut::map_mut(file) }.context("mmap")
 }
 
-/// `sync=none` baseline: memcpy `n` copies of `bytes` into mapped, preallocated files.
-fn baseline_memcpy(bytes: &[u8], n: u64, segment_size: u64, dir: &Path) -> Result<BaselineResult> {
+/// `sync=none` baseline: memcpy `n` copies of `bytes` into mapped, preallocated files, or
+/// as many as fit before `until`.
+fn baseline_memcpy(
+    bytes: &[u8],
+    n: u64,
+    until: Option<Instant>,
+    segment_size: u64,
+    dir: &Path,
+) -> Result<BaselineResult> {
     let cap = segment_size as usize - SEGMENT_HEADER_LEN;
     let len = bytes.len();
     let mut files = 0usize;
@@ -542,7 +602,12 @@ fn baseline_memcpy(bytes: &[u8], n: u64, segment_size: u64, dir: &Path) -> Resul
     files += 1;
     let mut off = 0usize;
     let start = Instant::now();
-    for _ in 0..n {
+    let mut done = 0u64;
+    while done < n {
+        if done % 4096 == 0 && until.is_some_and(|t| Instant::now() >= t) {
+            break;
+        }
+        done += 1;
         if off + len > cap {
             map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
             files += 1;
@@ -557,7 +622,7 @@ fn baseline_memcpy(bytes: &[u8], n: u64, segment_size: u64, dir: &Path) -> Resul
     drop(map);
     Ok(BaselineResult {
         kind: "mmap_memcpy",
-        throughput: Throughput::new(n, n * len as u64, elapsed),
+        throughput: Throughput::new(done, done * len as u64, elapsed),
         latency: None,
         files,
     })
@@ -569,6 +634,7 @@ fn baseline_fdatasync(
     duration: Duration,
     segment_size: u64,
     dir: &Path,
+    (clock, clock_tpn): (&Clock, f64),
 ) -> Result<BaselineResult> {
     use std::os::unix::fs::FileExt;
     let cap = segment_size as usize - SEGMENT_HEADER_LEN;
@@ -579,9 +645,9 @@ fn baseline_fdatasync(
     files += 1;
     let mut off = 0usize;
     let mut n = 0u64;
-    let start = Instant::now();
-    let deadline = start + duration;
-    let mut prev = start;
+    let start = clock.mark();
+    let deadline = start.ticks + deadline_ticks(duration, clock_tpn);
+    let mut prev = start.ticks;
     loop {
         if off + len > cap {
             file = create_prealloc(dir, files, segment_size)?;
@@ -593,18 +659,18 @@ fn baseline_fdatasync(
         file.sync_data().context("fdatasync")?;
         off += len;
         n += 1;
-        let now = Instant::now();
-        h.saturating_record(nanos(now - prev));
+        let now = clock.now();
+        h.saturating_record(now.wrapping_sub(prev));
         prev = now;
         if now >= deadline {
             break;
         }
     }
-    let elapsed = prev - start;
+    let stop = clock.mark();
     Ok(BaselineResult {
         kind: "pwrite_fdatasync",
-        throughput: Throughput::new(n, n * len as u64, elapsed),
-        latency: Some(Latency::of(&h)),
+        throughput: Throughput::new(n, n * len as u64, stop.instant - start.instant),
+        latency: Some(Latency::of_ticks(&h, ns_per_tick(start, stop))),
         files,
     })
 }
@@ -749,6 +815,14 @@ fn print_run(r: &RunResult, duration: Duration) {
         tput_cols(&b.throughput),
         lat_cols(b.latency.as_ref())
     );
+    if let Some(w) = &r.warmup {
+        println!(
+            "{:<30} {} {}",
+            "(memcpy warm-up, ran first)",
+            tput_cols(&w.throughput),
+            lat_cols(None)
+        );
+    }
     println!(
         "tidelog: {} segment file(s); baseline: {} file(s), {:.3} GB/s, {} records/s",
         t.segments,
@@ -758,7 +832,8 @@ fn print_run(r: &RunResult, duration: Duration) {
     );
     match r.sync {
         Sync::None => println!(
-            "baseline: the same {} records memcpy'd (pre-encoded, no checksum, not timed per record)",
+            "baseline: the same {} records memcpy'd (pre-encoded, no checksum, not timed per \
+             record); order: warm-up, tidelog, baseline",
             fmt_int(b.throughput.records)
         ),
         Sync::Always => {}

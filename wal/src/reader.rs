@@ -271,9 +271,21 @@ impl Reader {
                 if self.segments.binary_search(&self.pos).is_err() {
                     self.refresh_segments()?;
                 }
-                if self.segments.binary_search(&self.pos).is_ok() {
+                // A later segment that starts here: move on to it. (The current segment's
+                // own first position holding nothing is not "moving on": it is an empty
+                // segment, which ends a scan and is corruption below the published end.)
+                if seg_first != self.pos && self.segments.binary_search(&self.pos).is_ok() {
                     self.open_segment_for(self.pos)?;
                     continue;
+                }
+                // Retention deleted what this reader was about to read.
+                let oldest = self.oldest();
+                if self.pos < oldest {
+                    return Err(Error::Truncated {
+                        tablet: self.tablet.clone(),
+                        requested: self.pos,
+                        oldest,
+                    });
                 }
                 if end.is_none() {
                     self.scan_done = true;
