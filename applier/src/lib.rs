@@ -1,0 +1,1 @@
+//! `tidelog-applier`: the target side (DESIGN §5).

@@ -1,0 +1,1 @@
+//! `tidelog-shipper`: tails tablet WALs and ships them to the applier (DESIGN §4).
