@@ -25,6 +25,7 @@ pub mod retention;
 mod segment;
 pub mod session;
 pub mod time;
+pub mod wire;
 pub mod writer;
 
 pub use error::{Error, ParseError, Result};

@@ -593,3 +593,50 @@ fn flusher_loop(shared: &Shared, interval: Duration, batch_bytes: u64) {
             .unwrap_or_else(|p| p.into_inner().0);
     }
 }
+
+impl Writer {
+    /// Stages already-encoded records verbatim — the bytes of another log of the same
+    /// tablet, as a shipper sends them. `bytes` must be whole records at consecutive
+    /// positions starting at [`Writer::staged_pos`], with ht above the last staged record.
+    /// Everything is checked (header, position, checksum, ht order, size) before anything
+    /// is written; on refusal nothing is staged. Records never span segments: a record that
+    /// does not fit in the active segment starts the next one at the same logical position.
+    /// Returns the number of records and the last ht. On an I/O error (rotation) part of the
+    /// records may be staged: `rollback` drops them.
+    pub fn append_encoded(&mut self, bytes: &[u8]) -> Result<(u32, Option<HybridTime>)> {
+        let start = self.staged_pos();
+        let sum = crate::wire::verify_records(&self.tablet, bytes, start, self.staged_ht)
+            .map_err(|e| Error::InvalidRecord(e.to_string()))?;
+        let max = self.opts.segment_size as usize - SEGMENT_HEADER_LEN;
+        let mut off = 0usize;
+        while off < bytes.len() {
+            let room = self.active.capacity - self.off;
+            let (n, _, _) = crate::wire::whole_records_prefix(&bytes[off..], room);
+            if n == 0 {
+                use zerocopy::FromBytes;
+                let first = crate::format::RecordHeader::read_from_prefix(&bytes[off..])
+                    .map_or(usize::MAX, |(h, _)| {
+                        RECORD_HEADER_LEN + h.len.get() as usize
+                    });
+                if first > max || self.off == 0 {
+                    return Err(Error::TooLarge {
+                        what: "record (for this segment size)",
+                        len: first,
+                        max,
+                    });
+                }
+                self.rotate()?;
+                continue;
+            }
+            // SAFETY: as in `append`; the range is unstaged space of the active segment.
+            let dst = unsafe { self.active.data_mut(self.off, n) };
+            dst.copy_from_slice(&bytes[off..off + n]);
+            self.off += n;
+            off += n;
+        }
+        if sum.last_ht.is_some() {
+            self.staged_ht = sum.last_ht;
+        }
+        Ok((sum.count, sum.last_ht))
+    }
+}

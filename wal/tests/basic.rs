@@ -109,3 +109,75 @@ fn rollback_across_rotation_leaves_only_committed_records() {
     assert_eq!(w.recovery_report().dropped_bytes, 0);
     assert_eq!(w.recovery_report().segments, 1);
 }
+
+/// `append_encoded` copies another log's records verbatim (rotating at record boundaries
+/// with its own segment size) and refuses anything misplaced, with nothing staged.
+#[test]
+fn append_encoded_copies_a_log_verbatim() {
+    use tidelog_wal::{
+        Body, HybridTime, Op, ReadLimit, Reader, Record, SyncPolicy, WalOptions, WalPos, Writer,
+    };
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let t: tidelog_wal::TabletId = "copy".parse().unwrap();
+    let small = WalOptions {
+        segment_size: 8192,
+        ..WalOptions::default()
+    };
+    let mut w = Writer::open(src.path(), &t, small.clone()).unwrap();
+    let mut recs = Vec::new();
+    for i in 0..200u64 {
+        let r = Record::new(
+            HybridTime(1000 + i),
+            Body::Write {
+                ops: vec![Op::put(format!("k{i}"), vec![b'v'; (i % 300) as usize])],
+                trx_id: None,
+                gtid: None,
+            },
+        );
+        let p = w.append(&r).unwrap();
+        recs.push((p, r));
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+    let end = w.written_pos();
+    // Read the source's raw bytes record by record through the reader's positions.
+    let raw: Vec<u8> = recs
+        .iter()
+        .flat_map(|(p, r)| r.encode(*p).unwrap())
+        .collect();
+    assert_eq!(raw.len() as u64, end.0);
+    let other = WalOptions {
+        segment_size: 12288,
+        ..WalOptions::default()
+    };
+    let mut r = Writer::open(dst.path(), &t, other).unwrap();
+    // Misplaced (starting at the second record): refused, nothing staged.
+    let second = recs[1].0 .0 as usize;
+    assert!(r.append_encoded(&raw[second..]).is_err());
+    assert_eq!(r.staged_pos(), WalPos::ZERO);
+    // A flipped bit in the last record: refused, nothing staged.
+    let mut bad = raw.clone();
+    let n = bad.len();
+    bad[n - 3] ^= 1;
+    assert!(r.append_encoded(&bad).is_err());
+    assert_eq!(r.staged_pos(), WalPos::ZERO);
+    // In uneven chunks at record boundaries.
+    let mut at = 0usize;
+    for (k, (p, _)) in recs.iter().enumerate().skip(1) {
+        if k % 7 == 0 {
+            r.append_encoded(&raw[at..p.0 as usize]).unwrap();
+            at = p.0 as usize;
+        }
+    }
+    r.append_encoded(&raw[at..]).unwrap();
+    r.commit(SyncPolicy::Always).unwrap();
+    assert_eq!(r.written_pos(), end);
+    // Replaying the same records is refused (ht and position).
+    assert!(r.append_encoded(&raw[..second]).is_err());
+    drop(r);
+    let got: Vec<_> = Reader::open(dst.path(), &t, ReadLimit::Durable)
+        .unwrap()
+        .map(|x| x.unwrap())
+        .collect();
+    assert!(got == recs);
+}

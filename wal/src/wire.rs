@@ -1,0 +1,721 @@
+//! The wire protocol between shipper and applier (DESIGN §4): message framing, the
+//! handshake, data frames of WAL bytes as they are on disk, and acks. I/O-free: encoders
+//! return bytes, decoders take bytes and return typed messages or a typed [`WireError`];
+//! arbitrary input never panics them. The byte layouts are drawn in `wal/FORMAT.md`.
+//!
+//! Streams of one QUIC connection (ALPN [`ALPN`]):
+//!
+//! ```text
+//! control (first bidi stream, opened by the shipper)
+//!   shipper → applier   Hello { shipper_id, lane, tablets: [{tablet, oldest, durable}] }
+//!   applier → shipper   Welcome { tablets: [{tablet, resume | refused}] }
+//!   either way          Error { code, message } and then the stream is closed
+//! tablet (one bidi stream per accepted tablet, opened by the shipper)
+//!   shipper → applier   Open { tablet, from }  then  Data | KeepAlive ...
+//!   applier → shipper   Ack { durable } ...    or    Error { code, message }
+//! ```
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
+
+use crate::format::{Kind, RecordHeader, RECORD_HEADER_LEN};
+use crate::ids::{TabletId, MAX_TABLET_ID_LEN};
+use crate::pos::WalPos;
+use crate::record::header_problem;
+use crate::time::HybridTime;
+
+/// The QUIC/TLS application protocol.
+pub const ALPN: &[u8] = b"tidelog/1";
+/// First 4 bytes of every message.
+pub const MSG_MAGIC: [u8; 4] = *b"TDLW";
+/// Wire protocol version this build speaks.
+pub const WIRE_VERSION: u8 = 1;
+/// Largest message body accepted (a data frame carries at most this many bytes).
+pub const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Largest JSON (control) body accepted.
+pub const MAX_CONTROL_BODY: usize = 4 * 1024 * 1024;
+
+/// Message header: 32 bytes in front of every message.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct MsgHeader {
+    pub magic: [u8; 4],
+    pub version: u8,
+    pub kind: u8,
+    pub reserved0: U16,
+    pub body_len: U32,
+    pub reserved1: U32,
+    /// xxh3-64 of the body.
+    pub body_checksum: U64,
+    /// xxh3-64 of header bytes 0..24.
+    pub header_checksum: U64,
+}
+pub const MSG_HEADER_LEN: usize = 32;
+const _: () = assert!(size_of::<MsgHeader>() == MSG_HEADER_LEN);
+
+/// Fixed prefix of a `Data` or `KeepAlive` body: 96 bytes, then (Data) whole records.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct DataHeader {
+    /// Position of the first record in the payload (for a keep-alive: the sender's next).
+    pub first_pos: U64,
+    /// Position just past the last record (= first_pos + payload length).
+    pub end_pos: U64,
+    /// Tablet safe time at `end_pos`: the ht of the last record shipped so far.
+    pub safe_time: U64,
+    pub record_count: U32,
+    pub tablet_len: U16,
+    pub reserved: U16,
+    pub tablet: [u8; MAX_TABLET_ID_LEN],
+}
+pub const DATA_HEADER_LEN: usize = 96;
+const _: () = assert!(size_of::<DataHeader>() == DATA_HEADER_LEN);
+
+/// Ack body: 16 bytes.
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[repr(C)]
+pub struct AckBody {
+    /// Everything below is durable in the applier's received log.
+    pub durable_pos: U64,
+    /// Tablet safe time of what is durable.
+    pub safe_time: U64,
+}
+pub const ACK_LEN: usize = 16;
+const _: () = assert!(size_of::<AckBody>() == ACK_LEN);
+
+/// Message kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum MsgKind {
+    Hello = 1,
+    Welcome = 2,
+    Open = 3,
+    Data = 4,
+    KeepAlive = 5,
+    Ack = 6,
+    Error = 7,
+}
+
+impl MsgKind {
+    pub fn from_u8(b: u8) -> Option<MsgKind> {
+        Some(match b {
+            1 => MsgKind::Hello,
+            2 => MsgKind::Welcome,
+            3 => MsgKind::Open,
+            4 => MsgKind::Data,
+            5 => MsgKind::KeepAlive,
+            6 => MsgKind::Ack,
+            7 => MsgKind::Error,
+            _ => return None,
+        })
+    }
+
+    fn max_body(self) -> usize {
+        match self {
+            MsgKind::Data => MAX_BODY,
+            MsgKind::KeepAlive => DATA_HEADER_LEN,
+            MsgKind::Ack => ACK_LEN,
+            _ => MAX_CONTROL_BODY,
+        }
+    }
+}
+
+/// A tablet as announced in `Hello`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HelloTablet {
+    pub tablet: TabletId,
+    /// Oldest position the source still has.
+    pub oldest: WalPos,
+    /// The source's durable end.
+    pub durable: WalPos,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub shipper_id: String,
+    pub lane: u32,
+    pub tablets: Vec<HelloTablet>,
+}
+
+/// The applier's answer for one announced tablet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WelcomeTablet {
+    pub tablet: TabletId,
+    /// Where to resume: the received log's durable end. `None` when refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<WalPos>,
+    /// Why the tablet was refused (claimed by another live shipper, intake paused, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub applier_id: String,
+    pub tablets: Vec<WelcomeTablet>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Open {
+    pub tablet: TabletId,
+    pub from: WalPos,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorMsg {
+    /// A stable code: `needs_bootstrap`, `claimed`, `corrupt_frame`, `bad_position`,
+    /// `paused`, `io`, `protocol`, `shutdown`.
+    pub code: String,
+    pub message: String,
+}
+
+/// A decoded data frame header (the payload travels separately).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataFrame {
+    pub tablet: TabletId,
+    pub first_pos: WalPos,
+    pub end_pos: WalPos,
+    pub safe_time: HybridTime,
+    pub record_count: u32,
+}
+
+/// A decoded message. `Data` carries the offset of its payload in the body it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    Hello(Hello),
+    Welcome(Welcome),
+    Open(Open),
+    Data(DataFrame),
+    KeepAlive(DataFrame),
+    Ack {
+        durable: WalPos,
+        safe_time: HybridTime,
+    },
+    Error(ErrorMsg),
+}
+
+/// Everything a peer's bytes can be wrong with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("bad message magic {found:02x?} (expected \"TDLW\")")]
+    BadMagic { found: [u8; 4] },
+    #[error("unsupported wire version {found} (this build speaks {WIRE_VERSION})")]
+    BadVersion { found: u8 },
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    #[error("message header checksum mismatch")]
+    HeaderChecksum,
+    #[error("{kind:?} body of {len} bytes exceeds the limit {max}")]
+    TooLong {
+        kind: MsgKind,
+        len: usize,
+        max: usize,
+    },
+    #[error("{kind:?} body checksum mismatch")]
+    BodyChecksum { kind: MsgKind },
+    #[error("message truncated: {need} bytes needed, {have} available")]
+    Truncated { need: usize, have: usize },
+    #[error("malformed {kind:?} body: {reason}")]
+    BadBody { kind: MsgKind, reason: String },
+    #[error("bad record at position {pos} in a frame for tablet {tablet}: {reason}")]
+    BadRecord {
+        tablet: TabletId,
+        pos: WalPos,
+        reason: String,
+    },
+    #[error("unexpected {got:?} message: {expected}")]
+    Unexpected {
+        got: MsgKind,
+        expected: &'static str,
+    },
+}
+
+fn header_checksum(h: &MsgHeader) -> u64 {
+    xxh3_64(&h.as_bytes()[..24])
+}
+
+fn make_header(kind: MsgKind, body_len: usize, body_checksum: u64) -> MsgHeader {
+    let mut h = MsgHeader {
+        magic: MSG_MAGIC,
+        version: WIRE_VERSION,
+        kind: kind as u8,
+        reserved0: U16::new(0),
+        body_len: U32::new(body_len as u32),
+        reserved1: U32::new(0),
+        body_checksum: U64::new(body_checksum),
+        header_checksum: U64::new(0),
+    };
+    h.header_checksum = U64::new(header_checksum(&h));
+    h
+}
+
+/// Validates a message header; returns the kind and the body length to read next.
+pub fn decode_header(bytes: &[u8]) -> Result<(MsgKind, usize, u64), WireError> {
+    let h = MsgHeader::read_from_prefix(bytes)
+        .map_err(|_| WireError::Truncated {
+            need: MSG_HEADER_LEN,
+            have: bytes.len(),
+        })?
+        .0;
+    if h.magic != MSG_MAGIC {
+        return Err(WireError::BadMagic { found: h.magic });
+    }
+    if header_checksum(&h) != h.header_checksum.get() {
+        return Err(WireError::HeaderChecksum);
+    }
+    if h.version != WIRE_VERSION {
+        return Err(WireError::BadVersion { found: h.version });
+    }
+    let kind = MsgKind::from_u8(h.kind).ok_or(WireError::UnknownKind(h.kind))?;
+    let len = h.body_len.get() as usize;
+    if len > kind.max_body() {
+        return Err(WireError::TooLong {
+            kind,
+            len,
+            max: kind.max_body(),
+        });
+    }
+    Ok((kind, len, h.body_checksum.get()))
+}
+
+fn bad(kind: MsgKind, reason: impl Into<String>) -> WireError {
+    WireError::BadBody {
+        kind,
+        reason: reason.into(),
+    }
+}
+
+fn decode_data_header(kind: MsgKind, body: &[u8]) -> Result<DataFrame, WireError> {
+    let (h, rest) = DataHeader::read_from_prefix(body).map_err(|_| {
+        bad(
+            kind,
+            format!("{} bytes, shorter than the data header", body.len()),
+        )
+    })?;
+    let tl = h.tablet_len.get() as usize;
+    let tb = h
+        .tablet
+        .get(..tl)
+        .filter(|_| tl > 0)
+        .ok_or_else(|| bad(kind, format!("tablet length {tl}")))?;
+    let tablet = std::str::from_utf8(tb)
+        .ok()
+        .and_then(|s| s.parse::<TabletId>().ok())
+        .ok_or_else(|| bad(kind, "tablet id is not valid"))?;
+    let (first, end) = (h.first_pos.get(), h.end_pos.get());
+    let payload = rest.len() as u64;
+    if first.checked_add(payload) != Some(end) {
+        return Err(bad(
+            kind,
+            format!("positions {first}..{end} do not match a payload of {payload} bytes"),
+        ));
+    }
+    if kind == MsgKind::KeepAlive && (payload != 0 || h.record_count.get() != 0) {
+        return Err(bad(kind, "a keep-alive carries no records"));
+    }
+    Ok(DataFrame {
+        tablet,
+        first_pos: WalPos(first),
+        end_pos: WalPos(end),
+        safe_time: HybridTime(h.safe_time.get()),
+        record_count: h.record_count.get(),
+    })
+}
+
+fn json<T: serde::de::DeserializeOwned>(kind: MsgKind, body: &[u8]) -> Result<T, WireError> {
+    serde_json::from_slice(body).map_err(|e| bad(kind, e.to_string()))
+}
+
+/// Decodes a message body (after [`decode_header`]); checks the body checksum. For `Data`
+/// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by [`verify_records`].
+pub fn decode_body(kind: MsgKind, body: &[u8], checksum: u64) -> Result<Message, WireError> {
+    if xxh3_64(body) != checksum {
+        return Err(WireError::BodyChecksum { kind });
+    }
+    Ok(match kind {
+        MsgKind::Hello => Message::Hello(json(kind, body)?),
+        MsgKind::Welcome => Message::Welcome(json(kind, body)?),
+        MsgKind::Open => Message::Open(json(kind, body)?),
+        MsgKind::Error => Message::Error(json(kind, body)?),
+        MsgKind::Data => Message::Data(decode_data_header(kind, body)?),
+        MsgKind::KeepAlive => Message::KeepAlive(decode_data_header(kind, body)?),
+        MsgKind::Ack => {
+            let a = AckBody::read_from_bytes(body)
+                .map_err(|_| bad(kind, format!("{} bytes, expected {ACK_LEN}", body.len())))?;
+            Message::Ack {
+                durable: WalPos(a.durable_pos.get()),
+                safe_time: HybridTime(a.safe_time.get()),
+            }
+        }
+    })
+}
+
+/// Decodes one whole message at the start of `bytes`; returns it and the bytes it used.
+pub fn decode(bytes: &[u8]) -> Result<(Message, usize), WireError> {
+    let (kind, len, sum) = decode_header(bytes)?;
+    let total = MSG_HEADER_LEN + len;
+    let body = bytes
+        .get(MSG_HEADER_LEN..total)
+        .ok_or(WireError::Truncated {
+            need: total,
+            have: bytes.len(),
+        })?;
+    Ok((decode_body(kind, body, sum)?, total))
+}
+
+fn encode_json<T: Serialize>(kind: MsgKind, v: &T) -> Vec<u8> {
+    // Serializing these plain structs cannot fail.
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    let h = make_header(kind, body.len(), xxh3_64(&body));
+    let mut out = Vec::with_capacity(MSG_HEADER_LEN + body.len());
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+pub fn encode_hello(m: &Hello) -> Vec<u8> {
+    encode_json(MsgKind::Hello, m)
+}
+pub fn encode_welcome(m: &Welcome) -> Vec<u8> {
+    encode_json(MsgKind::Welcome, m)
+}
+pub fn encode_open(m: &Open) -> Vec<u8> {
+    encode_json(MsgKind::Open, m)
+}
+pub fn encode_error(code: &str, message: &str) -> Vec<u8> {
+    encode_json(
+        MsgKind::Error,
+        &ErrorMsg {
+            code: code.into(),
+            message: message.into(),
+        },
+    )
+}
+
+pub fn encode_ack(durable: WalPos, safe_time: HybridTime) -> Vec<u8> {
+    let body = AckBody {
+        durable_pos: U64::new(durable.0),
+        safe_time: U64::new(safe_time.0),
+    };
+    let h = make_header(MsgKind::Ack, ACK_LEN, xxh3_64(body.as_bytes()));
+    let mut out = Vec::with_capacity(MSG_HEADER_LEN + ACK_LEN);
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Header bytes (message header + data header) of a data frame carrying `payload`, which
+/// holds whole records from `first_pos`. Send these, then the payload as it is.
+pub fn encode_data_head(
+    tablet: &TabletId,
+    first_pos: WalPos,
+    safe_time: HybridTime,
+    record_count: u32,
+    payload: &[u8],
+) -> [u8; MSG_HEADER_LEN + DATA_HEADER_LEN] {
+    data_head(
+        MsgKind::Data,
+        tablet,
+        first_pos,
+        safe_time,
+        record_count,
+        payload,
+    )
+}
+
+/// A keep-alive: no records, the sender is at `pos` with tablet safe time `safe_time`.
+pub fn encode_keepalive(
+    tablet: &TabletId,
+    pos: WalPos,
+    safe_time: HybridTime,
+) -> [u8; MSG_HEADER_LEN + DATA_HEADER_LEN] {
+    data_head(MsgKind::KeepAlive, tablet, pos, safe_time, 0, &[])
+}
+
+fn data_head(
+    kind: MsgKind,
+    tablet: &TabletId,
+    first_pos: WalPos,
+    safe_time: HybridTime,
+    record_count: u32,
+    payload: &[u8],
+) -> [u8; MSG_HEADER_LEN + DATA_HEADER_LEN] {
+    let mut t = [0u8; MAX_TABLET_ID_LEN];
+    let tb = tablet.as_str().as_bytes();
+    t[..tb.len()].copy_from_slice(tb);
+    let dh = DataHeader {
+        first_pos: U64::new(first_pos.0),
+        end_pos: U64::new(first_pos.0 + payload.len() as u64),
+        safe_time: U64::new(safe_time.0),
+        record_count: U32::new(record_count),
+        tablet_len: U16::new(tb.len() as u16),
+        reserved: U16::new(0),
+        tablet: t,
+    };
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(dh.as_bytes());
+    hasher.update(payload);
+    let h = make_header(kind, DATA_HEADER_LEN + payload.len(), hasher.digest());
+    let mut out = [0u8; MSG_HEADER_LEN + DATA_HEADER_LEN];
+    out[..MSG_HEADER_LEN].copy_from_slice(h.as_bytes());
+    out[MSG_HEADER_LEN..].copy_from_slice(dh.as_bytes());
+    out
+}
+
+/// What [`verify_records`] found in a payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordsSummary {
+    pub count: u32,
+    pub first_ht: Option<HybridTime>,
+    pub last_ht: Option<HybridTime>,
+}
+
+/// Checks that `payload` is whole, checksummed records at consecutive positions from
+/// `first`, with ht strictly increasing and above `after_ht`. Does not decode bodies.
+pub fn verify_records(
+    tablet: &TabletId,
+    payload: &[u8],
+    first: WalPos,
+    after_ht: Option<HybridTime>,
+) -> Result<RecordsSummary, WireError> {
+    let mut off = 0usize;
+    let mut sum = RecordsSummary {
+        count: 0,
+        first_ht: None,
+        last_ht: None,
+    };
+    let mut last = after_ht;
+    while off < payload.len() {
+        let pos = first.add(off as u64);
+        let err = |reason: String| WireError::BadRecord {
+            tablet: tablet.clone(),
+            pos,
+            reason,
+        };
+        let rest = &payload[off..];
+        let h = RecordHeader::read_from_prefix(rest)
+            .map_err(|_| {
+                err(format!(
+                    "{} bytes left, too short for a record header",
+                    rest.len()
+                ))
+            })?
+            .0;
+        if let Some(reason) = header_problem(&h, pos.0, rest.len()) {
+            return Err(err(reason));
+        }
+        if Kind::from_u8(h.kind).is_none() {
+            return Err(err(format!("unknown record kind {}", h.kind)));
+        }
+        let total = RECORD_HEADER_LEN + h.len.get() as usize;
+        if h.compute_checksum(&rest[RECORD_HEADER_LEN..total]) != h.checksum.get() {
+            return Err(err("record checksum mismatch".into()));
+        }
+        let ht = HybridTime(h.ht.get());
+        if let Some(l) = last {
+            if ht <= l {
+                return Err(err(format!(
+                    "record ht {ht} is not greater than the previous ht {l}"
+                )));
+            }
+        }
+        last = Some(ht);
+        sum.first_ht.get_or_insert(ht);
+        sum.last_ht = Some(ht);
+        sum.count += 1;
+        off += total;
+    }
+    Ok(sum)
+}
+
+/// Splits `bytes` (records from `first`) at the last record boundary at or below `max`
+/// bytes, reading only headers. Returns the length of the whole-record prefix and the
+/// count and last ht of its records; `0` if the first record alone exceeds `max` (the
+/// caller then sends that one record alone) or `bytes` holds no whole record.
+pub fn whole_records_prefix(bytes: &[u8], max: usize) -> (usize, u32, Option<HybridTime>) {
+    let mut off = 0usize;
+    let mut n = 0u32;
+    let mut ht = None;
+    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
+        let total = RECORD_HEADER_LEN + h.len.get() as usize;
+        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
+            break;
+        }
+        if off + total > bytes.len() || off + total > max {
+            break;
+        }
+        off += total;
+        n += 1;
+        ht = Some(HybridTime(h.ht.get()));
+    }
+    (off, n, ht)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Body, Op, Record};
+
+    fn t(s: &str) -> TabletId {
+        s.parse().unwrap()
+    }
+
+    fn records(first: WalPos, n: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let r = Record::new(
+                HybridTime(100 + i as u64),
+                Body::Write {
+                    ops: vec![Op::put(format!("k{i}"), vec![i as u8; i * 7])],
+                    trx_id: None,
+                    gtid: None,
+                },
+            );
+            out.extend(r.encode(first.add(out.len() as u64)).unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn control_messages_round_trip() {
+        let hello = Hello {
+            shipper_id: "src-1".into(),
+            lane: 1,
+            tablets: vec![HelloTablet {
+                tablet: t("t1"),
+                oldest: WalPos(0),
+                durable: WalPos(4096),
+            }],
+        };
+        let welcome = Welcome {
+            applier_id: "dr".into(),
+            tablets: vec![
+                WelcomeTablet {
+                    tablet: t("t1"),
+                    resume: Some(WalPos(10)),
+                    refused: None,
+                },
+                WelcomeTablet {
+                    tablet: t("t2"),
+                    resume: None,
+                    refused: Some("claimed".into()),
+                },
+            ],
+        };
+        let open = Open {
+            tablet: t("t1"),
+            from: WalPos(77),
+        };
+        let cases = [
+            (encode_hello(&hello), Message::Hello(hello)),
+            (encode_welcome(&welcome), Message::Welcome(welcome)),
+            (encode_open(&open), Message::Open(open)),
+            (
+                encode_ack(WalPos(99), HybridTime(5)),
+                Message::Ack {
+                    durable: WalPos(99),
+                    safe_time: HybridTime(5),
+                },
+            ),
+            (
+                encode_error("claimed", "x"),
+                Message::Error(ErrorMsg {
+                    code: "claimed".into(),
+                    message: "x".into(),
+                }),
+            ),
+        ];
+        for (bytes, want) in cases {
+            let (got, used) = decode(&bytes).unwrap();
+            assert_eq!(got, want);
+            assert_eq!(used, bytes.len());
+        }
+    }
+
+    #[test]
+    fn data_frame_round_trips_and_records_verify() {
+        let first = WalPos(4096);
+        let payload = records(first, 5);
+        let head = encode_data_head(&t("t7"), first, HybridTime(104), 5, &payload);
+        let mut msg = head.to_vec();
+        msg.extend_from_slice(&payload);
+        let (m, used) = decode(&msg).unwrap();
+        assert_eq!(used, msg.len());
+        let Message::Data(f) = m else { panic!() };
+        assert_eq!(f.first_pos, first);
+        assert_eq!(f.end_pos, first.add(payload.len() as u64));
+        let s = verify_records(&f.tablet, &payload, f.first_pos, None).unwrap();
+        assert_eq!(s.count, 5);
+        assert_eq!(s.last_ht, Some(HybridTime(104)));
+        // At the wrong position the records are refused.
+        assert!(verify_records(&f.tablet, &payload, WalPos(0), None).is_err());
+        // Not above the previous ht: refused.
+        assert!(verify_records(&f.tablet, &payload, first, Some(HybridTime(100))).is_err());
+        // Every single bit flip in the message is caught by the checksums.
+        for byte in 0..msg.len() {
+            for bit in 0..8 {
+                let mut m = msg.clone();
+                m[byte] ^= 1 << bit;
+                let ok = decode(&m).map(|(m, _)| m);
+                assert!(ok.is_err(), "flip {byte}.{bit} not detected");
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_split_stops_at_a_record_boundary() {
+        let payload = records(WalPos(0), 10);
+        let (n, c, _) = whole_records_prefix(&payload, payload.len());
+        assert_eq!((n, c), (payload.len(), 10));
+        let (n, c, _) = whole_records_prefix(&payload, payload.len() - 1);
+        assert_eq!(c, 9);
+        assert!(verify_records(&t("a"), &payload[..n], WalPos(0), None).is_ok());
+        assert_eq!(whole_records_prefix(&payload, 10).0, 0);
+        let mut zeros = payload.clone();
+        zeros.extend([0u8; 64]);
+        assert_eq!(whole_records_prefix(&zeros, usize::MAX).1, 10);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = decode(&bytes);
+                let _ = verify_records(&t("x"), &bytes, WalPos(0), None);
+                let _ = whole_records_prefix(&bytes, 256);
+            }
+
+            #[test]
+            fn mutated_frames_are_refused_or_identical(
+                n in 1usize..6,
+                idx in any::<prop::sample::Index>(),
+                val in any::<u8>(),
+                cut in any::<prop::sample::Index>(),
+            ) {
+                let payload = records(WalPos(0), n);
+                let head = encode_data_head(&t("m"), WalPos(0), HybridTime(1), n as u32, &payload);
+                let mut msg = head.to_vec();
+                msg.extend_from_slice(&payload);
+                let orig = msg.clone();
+                let i = idx.index(msg.len());
+                msg[i] = val;
+                match decode(&msg) {
+                    Ok((Message::Data(f), _)) => {
+                        // Only an unchanged byte can leave the message valid.
+                        prop_assert_eq!(&msg, &orig);
+                        prop_assert!(verify_records(&f.tablet, &msg[MSG_HEADER_LEN + DATA_HEADER_LEN..], f.first_pos, None).is_ok());
+                    }
+                    Ok(_) => prop_assert!(false, "decoded as another kind"),
+                    Err(_) => prop_assert!(msg != orig),
+                }
+                let c = cut.index(orig.len());
+                prop_assert!(decode(&orig[..c]).is_err());
+            }
+        }
+    }
+}
