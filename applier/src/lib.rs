@@ -1,1 +1,5 @@
-//! `tidelog-applier`: the target side (DESIGN §5).
+//! `tidelog-applier`: the target side (DESIGN §5): QUIC intake into per-tablet received
+//! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
+
+pub mod intake;
+pub mod tls;

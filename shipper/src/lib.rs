@@ -1,1 +1,890 @@
-//! `tidelog-shipper`: tails tablet WALs and ships them to the applier (DESIGN §4).
+//! `tidelog-shipper`: tails every tablet WAL under `wal_dir` and ships the bytes, as they
+//! are on disk, over QUIC with mutual TLS to the applier (DESIGN §4).
+//!
+//! ```text
+//!  Shipper ── lane 0 thread: runtime (tokio-uring | tokio+std), own endpoint + connection
+//!         │      control stream: Hello(tablets) → Welcome(resume | refused)
+//!         │      tablet task × n: Open → Ack(resume) → Data/KeepAlive ... ← Ack(durable)
+//!         ├── lane 1 thread ...
+//!         └── scanner thread: new tablet directories → their lane
+//! ```
+//!
+//! The applier is the source of truth for where to resume: a restarted shipper keeps no
+//! state. Acked positions are written to the source's `acked` files (for retention).
+//! In-flight bytes per tablet are bounded by `window_bytes` on top of QUIC flow control.
+
+pub mod io;
+pub mod tail;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use rand::Rng;
+use tidelog_wal::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
+use tidelog_wal::{TabletId, WalPos};
+use tokio::sync::{mpsc, Notify};
+
+use crate::io::{IoChoice, IoEngine};
+use crate::tail::{Tail, TailError};
+pub use crate::tls::TlsMaterial;
+
+/// What the shipper needs to run (the daemon maps `shipper.toml` onto this).
+#[derive(Clone, Debug)]
+pub struct ShipperOptions {
+    pub wal_dir: PathBuf,
+    pub applier: SocketAddr,
+    pub server_name: String,
+    pub shipper_id: String,
+    pub io_engine: IoChoice,
+    /// Lane threads (each with its own QUIC endpoint and connection); 0 = number of cores.
+    pub lanes: usize,
+    pub max_frame_bytes: usize,
+    /// Bytes shipped but not yet acked, per tablet.
+    pub window_bytes: u64,
+    pub keepalive_interval: Duration,
+    /// Longest wait between looks at an idle tablet's published end.
+    pub poll_interval: Duration,
+    pub reconnect_min: Duration,
+    pub reconnect_max: Duration,
+    /// Ship up to `written_pos` instead of `durable_pos`.
+    pub ship_unsynced: bool,
+    pub quic: wire::QuicTuning,
+    /// How often `wal_dir` is scanned for new tablets.
+    pub rescan_interval: Duration,
+    /// How often the source's `acked` files are rewritten (each write is two fsyncs).
+    pub acked_interval: Duration,
+}
+
+impl ShipperOptions {
+    pub fn new(wal_dir: PathBuf, applier: SocketAddr) -> ShipperOptions {
+        ShipperOptions {
+            wal_dir,
+            applier,
+            server_name: "localhost".into(),
+            shipper_id: "tidelog-shipper".into(),
+            io_engine: IoChoice::Auto,
+            lanes: 0,
+            max_frame_bytes: 1 << 20,
+            window_bytes: 16 << 20,
+            keepalive_interval: Duration::from_millis(200),
+            poll_interval: Duration::from_millis(1),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            ship_unsynced: false,
+            quic: wire::QuicTuning::default(),
+            rescan_interval: Duration::from_secs(1),
+            acked_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Shipping states of a tablet, as shown in status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ShipState {
+    Connecting = 0,
+    Streaming = 1,
+    Idle = 2,
+    NeedsBootstrap = 3,
+    Refused = 4,
+    Paused = 5,
+    Error = 6,
+}
+
+impl ShipState {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShipState::Connecting => "connecting",
+            ShipState::Streaming => "streaming",
+            ShipState::Idle => "idle",
+            ShipState::NeedsBootstrap => "needs_bootstrap",
+            ShipState::Refused => "refused",
+            ShipState::Paused => "paused",
+            ShipState::Error => "error",
+        }
+    }
+    fn from_u8(v: u8) -> ShipState {
+        match v {
+            1 => ShipState::Streaming,
+            2 => ShipState::Idle,
+            3 => ShipState::NeedsBootstrap,
+            4 => ShipState::Refused,
+            5 => ShipState::Paused,
+            6 => ShipState::Error,
+            _ => ShipState::Connecting,
+        }
+    }
+}
+
+/// Live counters of one tablet (atomics shared with its lane).
+#[derive(Debug, Default)]
+pub struct TabletShip {
+    durable: AtomicU64,
+    shipped: AtomicU64,
+    acked: AtomicU64,
+    records_shipped: AtomicU64,
+    records_acked: AtomicU64,
+    frames: AtomicU64,
+    state: AtomicU8,
+    paused: AtomicBool,
+    lane: AtomicU64,
+    error: Mutex<Option<String>>,
+    acked_changed: Notify,
+    resume: Notify,
+}
+
+impl TabletShip {
+    fn set_state(&self, s: ShipState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+    fn set_error(&self, e: Option<String>) {
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+}
+
+/// A status snapshot of one tablet.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TabletShipStatus {
+    pub durable_pos: u64,
+    pub shipped_pos: u64,
+    pub acked_pos: u64,
+    pub lag_bytes: u64,
+    pub lag_records: u64,
+    pub records_shipped: u64,
+    pub records_acked: u64,
+    pub frames: u64,
+    pub state: &'static str,
+    pub lane: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    opts: ShipperOptions,
+    engine: IoEngine,
+    engine_note: Option<String>,
+    tls: TlsMaterial,
+    tablets: Mutex<BTreeMap<TabletId, Arc<TabletShip>>>,
+    shutdown: AtomicBool,
+    connected_lanes: AtomicU64,
+}
+
+/// The running shipper.
+#[derive(Debug)]
+pub struct Shipper {
+    shared: Arc<Shared>,
+    lanes: Vec<(mpsc::UnboundedSender<LaneCmd>, JoinHandle<()>)>,
+    scanner: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+enum LaneCmd {
+    Add(TabletId),
+    Shutdown,
+}
+
+fn lane_of(t: &TabletId, lanes: usize) -> usize {
+    // FNV-1a: stable across restarts and builds.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in t.as_str().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % lanes.max(1) as u64) as usize
+}
+
+impl Shipper {
+    /// Picks the I/O engine, starts the lanes and the scanner. The tablets found under
+    /// `wal_dir` are announced at once; later ones within `rescan_interval`.
+    pub fn start(mut opts: ShipperOptions, tls: TlsMaterial) -> Result<Shipper> {
+        let (engine, note) = io::choose(opts.io_engine).map_err(anyhow::Error::msg)?;
+        if let Some(n) = &note {
+            tracing::warn!("io_uring unavailable ({n}); reading WAL files with the std engine");
+        }
+        if opts.lanes == 0 {
+            opts.lanes = std::thread::available_parallelism().map_or(1, |n| n.get());
+        }
+        // Fail early on an unusable TLS setup rather than in every lane.
+        tls::client_config(&tls, &opts.quic)?;
+        let shared = Arc::new(Shared {
+            opts,
+            engine,
+            engine_note: note,
+            tls,
+            tablets: Mutex::new(BTreeMap::new()),
+            shutdown: AtomicBool::new(false),
+            connected_lanes: AtomicU64::new(0),
+        });
+        let mut lanes = Vec::new();
+        for i in 0..shared.opts.lanes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let sh = shared.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("ship-lane-{i}"))
+                .spawn(move || run_lane(sh, i as u32, rx))
+                .context("spawning a lane thread")?;
+            lanes.push((tx, h));
+        }
+        let mut s = Shipper {
+            shared,
+            lanes,
+            scanner: None,
+        };
+        s.scan()?;
+        let senders: Vec<_> = s.lanes.iter().map(|(tx, _)| tx.clone()).collect();
+        let sh = s.shared.clone();
+        s.scanner = Some(
+            std::thread::Builder::new()
+                .name("ship-scan".into())
+                .spawn(move || scanner(sh, senders))
+                .context("spawning the scanner thread")?,
+        );
+        Ok(s)
+    }
+
+    fn scan(&self) -> Result<()> {
+        let senders: Vec<_> = self.lanes.iter().map(|(tx, _)| tx.clone()).collect();
+        scan_once(&self.shared, &senders)
+    }
+
+    pub fn io_engine(&self) -> IoEngine {
+        self.shared.engine
+    }
+
+    /// Why `auto` fell back to `std`, if it did.
+    pub fn io_engine_note(&self) -> Option<&str> {
+        self.shared.engine_note.as_deref()
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.shared.opts.lanes
+    }
+
+    pub fn connected_lanes(&self) -> u64 {
+        self.shared.connected_lanes.load(Ordering::Relaxed)
+    }
+
+    /// Per-tablet status.
+    pub fn status(&self) -> BTreeMap<TabletId, TabletShipStatus> {
+        let map = self
+            .shared
+            .tablets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        map.iter()
+            .map(|(t, s)| {
+                let durable = s.durable.load(Ordering::Relaxed);
+                let acked = s.acked.load(Ordering::Relaxed);
+                let rs = s.records_shipped.load(Ordering::Relaxed);
+                let ra = s.records_acked.load(Ordering::Relaxed);
+                let state = if s.paused.load(Ordering::Relaxed) {
+                    ShipState::Paused
+                } else {
+                    ShipState::from_u8(s.state.load(Ordering::Relaxed))
+                };
+                (
+                    t.clone(),
+                    TabletShipStatus {
+                        durable_pos: durable,
+                        shipped_pos: s.shipped.load(Ordering::Relaxed),
+                        acked_pos: acked,
+                        lag_bytes: durable.saturating_sub(acked),
+                        lag_records: rs.saturating_sub(ra),
+                        records_shipped: rs,
+                        records_acked: ra,
+                        frames: s.frames.load(Ordering::Relaxed),
+                        state: state.name(),
+                        lane: s.lane.load(Ordering::Relaxed),
+                        error: s.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Stops (`true`) or restarts shipping of one tablet or all.
+    pub fn set_paused(&self, tablet: Option<&TabletId>, paused: bool) -> Result<()> {
+        let map = self
+            .shared
+            .tablets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let targets: Vec<_> = match tablet {
+            Some(t) => vec![map
+                .get(t)
+                .with_context(|| format!("unknown tablet {t}"))?
+                .clone()],
+            None => map.values().cloned().collect(),
+        };
+        for s in targets {
+            s.paused.store(paused, Ordering::SeqCst);
+            s.resume.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Stops shipping: each lane closes its QUIC connection gracefully.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for (tx, _) in &self.lanes {
+            let _ = tx.send(LaneCmd::Shutdown);
+        }
+        for (_, h) in self.lanes.drain(..) {
+            let _ = h.join();
+        }
+        if let Some(h) = self.scanner.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Shipper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> Result<()> {
+    let found = tidelog_wal::reader::list_tablets(&shared.opts.wal_dir)
+        .with_context(|| format!("scanning {}", shared.opts.wal_dir.display()))?;
+    let mut map = shared.tablets.lock().unwrap_or_else(|p| p.into_inner());
+    for t in found {
+        if map.contains_key(&t) {
+            continue;
+        }
+        // Only tablets whose writer has created the control file can be tailed.
+        if !shared
+            .opts
+            .wal_dir
+            .join(t.as_str())
+            .join("control")
+            .exists()
+        {
+            continue;
+        }
+        let lane = lane_of(&t, lanes.len());
+        let st = Arc::new(TabletShip::default());
+        st.lane.store(lane as u64, Ordering::Relaxed);
+        map.insert(t.clone(), st);
+        tracing::info!(tablet = %t, lane, "tablet found");
+        let _ = lanes[lane].send(LaneCmd::Add(t));
+    }
+    Ok(())
+}
+
+fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
+    let step = Duration::from_millis(50);
+    let mut next = Instant::now() + shared.opts.rescan_interval;
+    while !shared.shutdown.load(Ordering::SeqCst) {
+        std::thread::sleep(step);
+        if Instant::now() < next {
+            continue;
+        }
+        next = Instant::now() + shared.opts.rescan_interval;
+        if let Err(e) = scan_once(&shared, &lanes) {
+            tracing::warn!("{e:#}");
+        }
+    }
+}
+
+fn run_lane(shared: Arc<Shared>, lane: u32, rx: mpsc::UnboundedReceiver<LaneCmd>) {
+    let fut = lane_main(shared.clone(), lane, rx);
+    match shared.engine {
+        IoEngine::Uring => match tokio_uring::Runtime::new(&tokio_uring::builder()) {
+            Ok(rt) => rt.block_on(fut),
+            Err(e) => tracing::error!(lane, "lane runtime: {e}"),
+        },
+        IoEngine::Std => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!(lane, "lane runtime: {e}");
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, fut);
+        }
+    }
+}
+
+async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiver<LaneCmd>) {
+    let bind: SocketAddr = if shared.opts.applier.is_ipv6() {
+        "[::]:0".parse().unwrap_or(SocketAddr::from(([0u8; 16], 0)))
+    } else {
+        SocketAddr::from(([0, 0, 0, 0], 0))
+    };
+    let endpoint = match quinn::Endpoint::client(bind) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(lane, "binding a UDP socket: {e}");
+            return;
+        }
+    };
+    let mut tablets: Vec<TabletId> = Vec::new();
+    let mut backoff = shared.opts.reconnect_min;
+    loop {
+        // Take in tablets assigned while disconnected.
+        while let Ok(cmd) = rx.try_recv() {
+            match cmd {
+                LaneCmd::Add(t) => tablets.push(t),
+                LaneCmd::Shutdown => return close(endpoint).await,
+            }
+        }
+        if shared.shutdown.load(Ordering::SeqCst) {
+            return close(endpoint).await;
+        }
+        if tablets.is_empty() {
+            match rx.recv().await {
+                Some(LaneCmd::Add(t)) => tablets.push(t),
+                _ => return close(endpoint).await,
+            }
+            continue;
+        }
+        let started = Instant::now();
+        match connection(&shared, lane, &endpoint, &mut tablets, &mut rx).await {
+            Ok(()) => return close(endpoint).await,
+            Err(e) => {
+                tracing::warn!(
+                    lane,
+                    "connection to the applier at {} lost: {e:#}",
+                    shared.opts.applier
+                );
+                for t in &tablets {
+                    if let Some(s) = tablet_state(&shared, t) {
+                        if ShipState::from_u8(s.state.load(Ordering::Relaxed))
+                            != ShipState::NeedsBootstrap
+                        {
+                            s.set_state(ShipState::Connecting);
+                        }
+                        s.set_error(Some(format!("{e:#}")));
+                    }
+                }
+            }
+        }
+        if started.elapsed() > shared.opts.reconnect_max * 2 {
+            backoff = shared.opts.reconnect_min;
+        }
+        // Capped exponential backoff with full jitter in [backoff/2, backoff].
+        let jitter = rand::rng().random_range(0.5..=1.0);
+        let wait = backoff.mul_f64(jitter);
+        backoff = (backoff * 2).min(shared.opts.reconnect_max);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            cmd = rx.recv() => match cmd {
+                Some(LaneCmd::Add(t)) => tablets.push(t),
+                _ => return close(endpoint).await,
+            }
+        }
+    }
+}
+
+async fn close(endpoint: quinn::Endpoint) {
+    endpoint.close(quinn::VarInt::from_u32(0), b"shipper shutting down");
+    let _ = tokio::time::timeout(Duration::from_secs(3), endpoint.wait_idle()).await;
+}
+
+fn tablet_state(shared: &Shared, t: &TabletId) -> Option<Arc<TabletShip>> {
+    shared
+        .tablets
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(t)
+        .cloned()
+}
+
+async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<Message>> {
+    let mut head = [0u8; MSG_HEADER_LEN];
+    match recv.read_exact(&mut head).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let (kind, len, sum) = wire::decode_header(&head)?;
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body).await?;
+    Ok(Some(wire::decode_body(kind, &body, sum)?))
+}
+
+fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
+    tablets
+        .iter()
+        .map(|t| {
+            let dir = shared.opts.wal_dir.join(t.as_str());
+            let (oldest, durable) = match tidelog_wal::control::ControlView::open(&dir) {
+                Ok(Some(c)) => (c.oldest(), c.durable()),
+                _ => (WalPos::ZERO, WalPos::ZERO),
+            };
+            HelloTablet {
+                tablet: t.clone(),
+                oldest,
+                durable,
+            }
+        })
+        .collect()
+}
+
+/// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
+async fn connection(
+    shared: &Arc<Shared>,
+    lane: u32,
+    endpoint: &quinn::Endpoint,
+    tablets: &mut Vec<TabletId>,
+    rx: &mut mpsc::UnboundedReceiver<LaneCmd>,
+) -> Result<()> {
+    let cc = tls::client_config(&shared.tls, &shared.opts.quic)?;
+    let conn = endpoint
+        .connect_with(cc, shared.opts.applier, &shared.opts.server_name)?
+        .await
+        .with_context(|| format!("connecting to {}", shared.opts.applier))?;
+    let (mut csend, mut crecv) = conn.open_bi().await?;
+    let conn = Rc::new(conn);
+    let mut announce = tablets.clone();
+    shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
+    let _connected = scopeguard(shared.clone());
+    loop {
+        if !announce.is_empty() {
+            let hello = wire::Hello {
+                shipper_id: shared.opts.shipper_id.clone(),
+                lane,
+                tablets: hello_tablets(shared, &announce),
+            };
+            csend.write_all(&wire::encode_hello(&hello)).await?;
+            let welcome = match read_msg(&mut crecv).await? {
+                Some(Message::Welcome(w)) => w,
+                Some(Message::Error(e)) => {
+                    anyhow::bail!("applier refused: {}: {}", e.code, e.message)
+                }
+                other => anyhow::bail!("expected Welcome, got {other:?}"),
+            };
+            for wt in welcome.tablets {
+                let Some(st) = tablet_state(shared, &wt.tablet) else {
+                    continue;
+                };
+                match (wt.resume, wt.refused) {
+                    (Some(resume), _) => {
+                        st.set_error(None);
+                        tokio::task::spawn_local(tablet_task(
+                            shared.clone(),
+                            conn.clone(),
+                            wt.tablet.clone(),
+                            st,
+                            resume,
+                        ));
+                    }
+                    (None, reason) => {
+                        let reason = reason.unwrap_or_else(|| "refused".into());
+                        tracing::error!(tablet = %wt.tablet, "applier refused the tablet: {reason}");
+                        st.set_state(ShipState::Refused);
+                        st.set_error(Some(reason));
+                    }
+                }
+            }
+            announce.clear();
+        }
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                Some(LaneCmd::Add(t)) => {
+                    tablets.push(t.clone());
+                    announce.push(t);
+                }
+                _ => {
+                    // Record what the applier has acknowledged before going away.
+                    for t in tablets.iter() {
+                        if let Some(st) = tablet_state(shared, t) {
+                            let a = WalPos(st.acked.load(Ordering::Relaxed));
+                            if a > WalPos::ZERO {
+                                write_acked(shared.opts.wal_dir.join(t.as_str()), a).await;
+                            }
+                        }
+                    }
+                    conn.close(quinn::VarInt::from_u32(0), b"shipper shutting down");
+                    return Ok(());
+                }
+            },
+            e = conn.closed() => {
+                anyhow::bail!("{e}");
+            }
+            m = read_msg(&mut crecv) => {
+                match m? {
+                    Some(Message::Error(e)) => anyhow::bail!("applier: {}: {}", e.code, e.message),
+                    None => anyhow::bail!("the applier closed the control stream"),
+                    Some(other) => anyhow::bail!("unexpected control message {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+struct Connected(Arc<Shared>);
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.connected_lanes.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+fn scopeguard(s: Arc<Shared>) -> Connected {
+    Connected(s)
+}
+
+/// Ships one tablet over this connection until it closes; re-opens its stream after a
+/// stream-level error (the applier's first Ack says where to resume).
+async fn tablet_task(
+    shared: Arc<Shared>,
+    conn: Rc<quinn::Connection>,
+    tablet: TabletId,
+    st: Arc<TabletShip>,
+    resume: WalPos,
+) {
+    let mut tail = match Tail::open(
+        &shared.opts.wal_dir,
+        &tablet,
+        shared.engine,
+        shared.opts.ship_unsynced,
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{e}");
+            st.set_state(ShipState::Error);
+            st.set_error(Some(e.to_string()));
+            return;
+        }
+    };
+    let _ = resume;
+    let mut backoff = shared.opts.reconnect_min;
+    while conn.close_reason().is_none() && !shared.shutdown.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        match ship_stream(&shared, &conn, &mut tail, &st).await {
+            Ok(()) => return,
+            Err(e) => {
+                if conn.close_reason().is_some() {
+                    return;
+                }
+                tracing::warn!(tablet = %tablet, "tablet stream: {e:#}; reopening");
+                st.set_error(Some(format!("{e:#}")));
+                if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::NeedsBootstrap
+                {
+                    st.set_state(ShipState::Connecting);
+                }
+            }
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            backoff = shared.opts.reconnect_min;
+        }
+        let wait = backoff.mul_f64(rand::rng().random_range(0.5..=1.0));
+        backoff = (backoff * 2).min(shared.opts.reconnect_max);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn write_acked(dir: PathBuf, pos: WalPos) {
+    let r =
+        tokio::task::spawn_blocking(move || tidelog_wal::retention::write_acked(&dir, pos)).await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("writing the acked file: {e}"),
+        Err(e) => tracing::warn!("writing the acked file: {e}"),
+    }
+}
+
+/// One stream: Open, the resume Ack, then frames until an error or shutdown.
+async fn ship_stream(
+    shared: &Arc<Shared>,
+    conn: &quinn::Connection,
+    tail: &mut Tail,
+    st: &Arc<TabletShip>,
+) -> Result<()> {
+    let tablet = tail.tablet.clone();
+    let (mut send, mut recv) = conn.open_bi().await?;
+    let from = WalPos(st.acked.load(Ordering::Relaxed));
+    send.write_all(&wire::encode_open(&wire::Open {
+        tablet: tablet.clone(),
+        from,
+    }))
+    .await?;
+    let (mut pos, mut safe) = match read_msg(&mut recv).await? {
+        Some(Message::Ack { durable, safe_time }) => (durable, safe_time),
+        Some(Message::Error(e)) => {
+            anyhow::bail!("applier refused the stream: {}: {}", e.code, e.message)
+        }
+        other => anyhow::bail!("expected the resume Ack, got {other:?}"),
+    };
+    st.acked.store(pos.0, Ordering::Relaxed);
+    st.shipped.store(pos.0, Ordering::Relaxed);
+    if let Err(e) = tail.check_start(pos) {
+        if let TailError::NeedsBootstrap { .. } = e {
+            st.set_state(ShipState::NeedsBootstrap);
+            let _ = send
+                .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
+                .await;
+            tracing::error!("{e}");
+            st.set_error(Some(e.to_string()));
+            // Stay connected and look again later (an operator may bootstrap the target).
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        anyhow::bail!("{e}");
+    }
+    st.set_error(None);
+    st.set_state(ShipState::Streaming);
+    tracing::info!(tablet = %tablet, from = %pos, "shipping");
+
+    // Acks: in-flight accounting and the stream's errors.
+    let frames: Rc<std::cell::RefCell<std::collections::VecDeque<(WalPos, u32)>>> = Rc::default();
+    let acks = {
+        let st = st.clone();
+        let frames = frames.clone();
+        async move {
+            loop {
+                match read_msg(&mut recv).await? {
+                    Some(Message::Ack { durable, .. }) => {
+                        st.acked.fetch_max(durable.0, Ordering::Relaxed);
+                        let mut n = 0u64;
+                        {
+                            let mut f = frames.borrow_mut();
+                            while f.front().is_some_and(|(end, _)| *end <= durable) {
+                                n += f.pop_front().map_or(0, |(_, c)| u64::from(c));
+                            }
+                        }
+                        st.records_acked.fetch_add(n, Ordering::Relaxed);
+                        st.acked_changed.notify_waiters();
+                    }
+                    Some(Message::Error(e)) => {
+                        anyhow::bail!("applier: {}: {}", e.code, e.message)
+                    }
+                    Some(other) => anyhow::bail!("unexpected message {other:?}"),
+                    None => anyhow::bail!("the applier closed the stream"),
+                }
+            }
+        }
+    };
+    // The source's `acked` file, rewritten at most every `acked_interval` (two fsyncs each).
+    let dir = tail.dir().to_path_buf();
+    let written = Rc::new(std::cell::Cell::new(WalPos(0)));
+    let flusher = {
+        let (st, dir, written) = (st.clone(), dir.clone(), written.clone());
+        let every = shared.opts.acked_interval;
+        async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let a = WalPos(st.acked.load(Ordering::Relaxed));
+                if a > written.get() {
+                    write_acked(dir.clone(), a).await;
+                    written.set(a);
+                }
+            }
+        }
+    };
+    let sender = async {
+        let max = shared.opts.max_frame_bytes;
+        let mut buf: Vec<u8> = Vec::with_capacity(max);
+        let mut last_send = Instant::now();
+        let mut idle_wait = Duration::from_micros(50);
+        loop {
+            if shared.shutdown.load(Ordering::SeqCst) {
+                let _ = send.finish();
+                return Ok::<(), anyhow::Error>(());
+            }
+            if st.paused.load(Ordering::Relaxed) {
+                let notified = st.resume.notified();
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+                continue;
+            }
+            let in_flight = pos.since(WalPos(st.acked.load(Ordering::Relaxed)));
+            if in_flight >= shared.opts.window_bytes {
+                let notified = st.acked_changed.notified();
+                tokio::select! {
+                    _ = notified => {}
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+                continue;
+            }
+            st.durable.store(tail.end().0, Ordering::Relaxed);
+            match tail.read(pos, &mut buf, max).await {
+                Ok(Some(chunk)) => {
+                    let payload = &buf[..chunk.len];
+                    let head =
+                        wire::encode_data_head(&tablet, pos, chunk.last_ht, chunk.count, payload);
+                    // Test hook: one frame whose payload does not match its checksum.
+                    let corrupt = (|| {
+                        fail::fail_point!("shipper::corrupt_frame", |_| true);
+                        false
+                    })();
+                    send.write_all(&head).await?;
+                    if corrupt {
+                        let mut bad = payload.to_vec();
+                        if let Some(b) = bad.last_mut() {
+                            *b ^= 0x40;
+                        }
+                        send.write_all(&bad).await?;
+                    } else {
+                        send.write_all(payload).await?;
+                    }
+                    frames
+                        .borrow_mut()
+                        .push_back((pos.add(chunk.len as u64), chunk.count));
+                    pos = pos.add(chunk.len as u64);
+                    safe = chunk.last_ht;
+                    st.shipped.store(pos.0, Ordering::Relaxed);
+                    st.records_shipped
+                        .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
+                    st.frames.fetch_add(1, Ordering::Relaxed);
+                    st.set_state(ShipState::Streaming);
+                    last_send = Instant::now();
+                    idle_wait = Duration::from_micros(50);
+                }
+                Ok(None) => {
+                    if last_send.elapsed() >= shared.opts.keepalive_interval {
+                        send.write_all(&wire::encode_keepalive(&tablet, pos, safe))
+                            .await?;
+                        last_send = Instant::now();
+                        st.set_state(ShipState::Idle);
+                    }
+                    // Adaptive wait: quick right after data, then up to poll_interval.
+                    tokio::time::sleep(idle_wait).await;
+                    idle_wait = (idle_wait * 2)
+                        .min(shared.opts.poll_interval.max(Duration::from_micros(50)));
+                }
+                Err(e) => {
+                    if let TailError::NeedsBootstrap { .. } = e {
+                        st.set_state(ShipState::NeedsBootstrap);
+                        let _ = send
+                            .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
+                            .await;
+                    } else {
+                        st.set_state(ShipState::Error);
+                    }
+                    st.set_error(Some(e.to_string()));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    anyhow::bail!("{e}");
+                }
+            }
+        }
+    };
+    let r = tokio::select! {
+        r = acks => r,
+        r = sender => r,
+        () = flusher => Ok(()),
+    };
+    let a = WalPos(st.acked.load(Ordering::Relaxed));
+    if a > written.get() {
+        write_acked(dir, a).await;
+    }
+    r
+}

@@ -412,3 +412,13 @@ pub fn list_tablets(wal_dir: &Path) -> Result<Vec<TabletId>> {
     out.sort();
     Ok(out)
 }
+
+/// The segments of the tablet directory `tablet_dir`: first position and path, ascending.
+/// For tailers that read raw bytes (the shipper). A segment's records occupy
+/// `[first, next segment's first)`; the last one's end is the control file's published end.
+pub fn list_segments(tablet_dir: &Path) -> Result<Vec<(WalPos, PathBuf)>> {
+    Ok(segment::list_dir(tablet_dir)?.segments)
+}
+
+/// File offset of the record area in every segment.
+pub const SEGMENT_DATA_OFFSET: u64 = SEGMENT_HEADER_LEN as u64;

@@ -37,6 +37,30 @@ pub const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Largest JSON (control) body accepted.
 pub const MAX_CONTROL_BODY: usize = 4 * 1024 * 1024;
 
+/// QUIC transport tuning shared by both ends (the daemons' `[quic]` config section).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuicTuning {
+    /// Connection-level receive window (bytes in flight over all streams).
+    pub receive_window: u64,
+    /// Per-stream receive window.
+    pub stream_receive_window: u64,
+    /// Initial (and minimum) UDP payload size: loopback and LANs allow far more than 1200.
+    pub max_udp_payload: u16,
+    /// A connection silent this long is closed.
+    pub idle_timeout: std::time::Duration,
+}
+
+impl Default for QuicTuning {
+    fn default() -> Self {
+        QuicTuning {
+            receive_window: 64 << 20,
+            stream_receive_window: 16 << 20,
+            max_udp_payload: 1472,
+            idle_timeout: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
 /// Message header: 32 bytes in front of every message.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
 #[repr(C)]

@@ -1,0 +1,860 @@
+//! Intake (DESIGN §5 stage 1): the QUIC server that shippers connect to.
+//!
+//! ```text
+//!  shipper ──QUIC/mTLS──► connection task ── control stream: Hello → claim tablets → Welcome
+//!                           │
+//!                           └─ tablet stream task (one per tablet): Open → Ack(resume)
+//!                                 Data frames ──bounded queue──► tablet writer thread
+//!                                                                  append_encoded (verifies
+//!                                                                  position, checksum, ht)
+//!                                                                  commit + sync per group
+//!                                                                  publish received end
+//!                                 ◄── Ack(durable end) ◄──── watch ───┘
+//! ```
+//!
+//! A frame is acknowledged only after its records are durable in the tablet's received log
+//! (`data_dir/received/<tablet>/`, the `wal` format), so nothing acknowledged is ever lost;
+//! the resume position a shipper gets is the received log's durable end, so nothing is
+//! received twice. A frame that fails any check closes its stream with an `Error` message and
+//! nothing of it is written.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
+use tidelog_wal::{HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
+use tokio::sync::watch;
+
+use crate::tls::{server_config, TlsMaterial};
+
+/// What the intake needs to run.
+#[derive(Clone, Debug)]
+pub struct IntakeOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// `always`: sync every frame before its ack; `batch`: one sync per group of queued
+    /// frames (group commit); `none`: ack once written (a machine crash may lose acked data).
+    pub sync: SyncPolicy,
+    pub segment_size: u64,
+    pub applier_id: String,
+    pub quic: wire::QuicTuning,
+    /// Frames queued per tablet between the stream and its writer thread.
+    pub queue_frames: usize,
+}
+
+impl IntakeOptions {
+    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> IntakeOptions {
+        IntakeOptions {
+            listen,
+            data_dir,
+            sync: SyncPolicy::Batch,
+            segment_size: 64 << 20,
+            applier_id: "tidelog-applier".into(),
+            quic: wire::QuicTuning::default(),
+            queue_frames: 64,
+        }
+    }
+}
+
+/// Called after each durable append to a tablet's received log (wakes the apply stage).
+pub type DurableHook = Arc<dyn Fn(&TabletId, WalPos) + Send + Sync>;
+
+/// Tablet intake states, as shown in status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum TabletState {
+    /// Registered, no shipper connected.
+    Disconnected = 0,
+    /// A shipper streams it.
+    Streaming = 1,
+    /// The shipper reported that the source no longer has what we need.
+    NeedsBootstrap = 2,
+    /// The received log failed (I/O); intake for it stopped.
+    Failed = 3,
+    /// Intake paused by the operator.
+    Paused = 4,
+}
+
+impl TabletState {
+    pub fn name(self) -> &'static str {
+        match self {
+            TabletState::Disconnected => "disconnected",
+            TabletState::Streaming => "streaming",
+            TabletState::NeedsBootstrap => "needs_bootstrap",
+            TabletState::Failed => "failed",
+            TabletState::Paused => "paused",
+        }
+    }
+    fn from_u8(v: u8) -> TabletState {
+        match v {
+            1 => TabletState::Streaming,
+            2 => TabletState::NeedsBootstrap,
+            3 => TabletState::Failed,
+            4 => TabletState::Paused,
+            _ => TabletState::Disconnected,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Owner {
+    shipper_id: String,
+    conn_id: u64,
+    remote: SocketAddr,
+}
+
+/// One frame on its way to the writer thread.
+struct WriteReq {
+    stream: u64,
+    first: WalPos,
+    payload: Bytes,
+}
+
+/// What the writer thread publishes after each group.
+#[derive(Clone, Debug, Default)]
+struct Durable {
+    pos: WalPos,
+    safe_time: HybridTime,
+    /// The last refused frame: (stream id, code, reason).
+    error: Option<(u64, &'static str, String)>,
+}
+
+/// The intake side of one tablet.
+#[derive(Debug)]
+pub struct TabletIntake {
+    pub tablet: TabletId,
+    owner: Mutex<Option<Owner>>,
+    state: AtomicU8,
+    paused: AtomicBool,
+    received_pos: AtomicU64,
+    safe_time: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    last_frame_ms: AtomicU64,
+    queue: crossbeam::channel::Sender<WriteReq>,
+    durable: watch::Receiver<Durable>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    last_error: Mutex<Option<String>>,
+    /// Set at shutdown: the writer thread finishes its queue and exits.
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for WriteReq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WriteReq({}, {} bytes)", self.first, self.payload.len())
+    }
+}
+
+/// A snapshot of one tablet for status.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TabletIntakeStatus {
+    pub received_pos: u64,
+    pub safe_time: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub state: &'static str,
+    pub shipper: Option<String>,
+    pub last_frame_ms_ago: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl TabletIntake {
+    pub fn received_pos(&self) -> WalPos {
+        WalPos(self.received_pos.load(Ordering::Acquire))
+    }
+    pub fn safe_time(&self) -> HybridTime {
+        HybridTime(self.safe_time.load(Ordering::Acquire))
+    }
+    pub fn state(&self) -> TabletState {
+        if self.paused.load(Ordering::Relaxed) {
+            return TabletState::Paused;
+        }
+        TabletState::from_u8(self.state.load(Ordering::Relaxed))
+    }
+    pub fn status(&self) -> TabletIntakeStatus {
+        let last = self.last_frame_ms.load(Ordering::Relaxed);
+        TabletIntakeStatus {
+            received_pos: self.received_pos().0,
+            safe_time: self.safe_time().0,
+            records: self.records.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            state: self.state().name(),
+            shipper: lock(&self.owner).as_ref().map(|o| o.shipper_id.clone()),
+            last_frame_ms_ago: (last > 0).then(|| now_ms().saturating_sub(last)),
+            error: lock(&self.last_error).clone(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[derive(Debug)]
+struct Shared {
+    opts: IntakeOptions,
+    tablets: Mutex<BTreeMap<TabletId, Arc<TabletIntake>>>,
+    conn_ids: AtomicU64,
+    stream_ids: AtomicU64,
+    /// Intake stopped (pause of all, or promote): new connections are refused.
+    closed: AtomicBool,
+    paused_all: AtomicBool,
+    hook: Mutex<Hook>,
+}
+
+struct Hook(Option<DurableHook>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Hook(set)"
+        } else {
+            "Hook(none)"
+        })
+    }
+}
+
+/// The running intake.
+#[derive(Debug, Clone)]
+pub struct Intake {
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+}
+
+impl Intake {
+    /// Opens the received logs already on disk and starts listening. Must run inside a
+    /// tokio runtime.
+    pub fn start(
+        opts: IntakeOptions,
+        tls: TlsMaterial,
+        hook: Option<DurableHook>,
+    ) -> Result<Intake> {
+        let root = opts.data_dir.join("received");
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let sc = server_config(tls, &opts.quic)?;
+        let endpoint = quinn::Endpoint::server(sc, opts.listen)
+            .with_context(|| format!("listening on udp {}", opts.listen))?;
+        let shared = Arc::new(Shared {
+            opts,
+            tablets: Mutex::new(BTreeMap::new()),
+            conn_ids: AtomicU64::new(1),
+            stream_ids: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            paused_all: AtomicBool::new(false),
+            hook: Mutex::new(Hook(hook)),
+        });
+        for t in tidelog_wal::reader::list_tablets(&root)
+            .with_context(|| format!("listing {}", root.display()))?
+        {
+            shared.tablet(&t)?;
+        }
+        let intake = Intake { shared, endpoint };
+        let i2 = intake.clone();
+        tokio::spawn(async move { i2.accept_loop().await });
+        Ok(intake)
+    }
+
+    /// The bound UDP address (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.endpoint.local_addr()?)
+    }
+
+    /// Tablets known to the intake and their state.
+    pub fn tablets(&self) -> Vec<Arc<TabletIntake>> {
+        lock(&self.shared.tablets).values().cloned().collect()
+    }
+
+    pub fn tablet(&self, t: &TabletId) -> Option<Arc<TabletIntake>> {
+        lock(&self.shared.tablets).get(t).cloned()
+    }
+
+    pub fn set_hook(&self, hook: DurableHook) {
+        *lock(&self.shared.hook) = Hook(Some(hook));
+    }
+
+    /// Stops (`true`) or restarts intake of one tablet or of all.
+    pub fn set_paused(&self, tablet: Option<&TabletId>, paused: bool) -> Result<()> {
+        match tablet {
+            Some(t) => {
+                let ti = self
+                    .tablet(t)
+                    .with_context(|| format!("unknown tablet {t}"))?;
+                ti.paused.store(paused, Ordering::SeqCst);
+            }
+            None => {
+                self.shared.paused_all.store(paused, Ordering::SeqCst);
+                for ti in self.tablets() {
+                    ti.paused.store(paused, Ordering::SeqCst);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses shipper connections from now on and closes the current ones (cutover,
+    /// shutdown). Frames already queued are still written.
+    pub fn close(&self, reason: &str) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        self.endpoint
+            .close(quinn::VarInt::from_u32(1), reason.as_bytes());
+    }
+
+    /// Closes, waits for the writer threads to finish their queues and sync.
+    pub async fn shutdown(&self) {
+        self.close("applier shutting down");
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.endpoint.wait_idle()).await;
+        let tablets = std::mem::take(&mut *lock(&self.shared.tablets));
+        for t in tablets.values() {
+            t.stop.store(true, Ordering::SeqCst);
+        }
+        let handles: Vec<_> = tablets
+            .values()
+            .filter_map(|t| lock(&t.thread).take())
+            .collect();
+        drop(tablets);
+        let _ = tokio::task::spawn_blocking(move || {
+            for h in handles {
+                let _ = h.join();
+            }
+        })
+        .await;
+    }
+
+    async fn accept_loop(self) {
+        while let Some(incoming) = self.endpoint.accept().await {
+            if self.shared.closed.load(Ordering::SeqCst) {
+                incoming.refuse();
+                continue;
+            }
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                let remote = incoming.remote_address();
+                match incoming.await {
+                    Ok(conn) => {
+                        let id = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = serve_connection(shared.clone(), conn, id).await {
+                            tracing::info!(conn = id, %remote, "shipper connection ended: {e:#}");
+                        }
+                        shared.release(id);
+                    }
+                    Err(e) => tracing::warn!(%remote, "shipper handshake failed: {e}"),
+                }
+            });
+        }
+    }
+}
+
+impl Shared {
+    /// The tablet's intake, creating it (and its received log) on first use.
+    fn tablet(self: &Arc<Self>, t: &TabletId) -> Result<Arc<TabletIntake>> {
+        let mut map = lock(&self.tablets);
+        if let Some(ti) = map.get(t) {
+            return Ok(ti.clone());
+        }
+        let root = self.opts.data_dir.join("received");
+        let wopts = WalOptions {
+            segment_size: self.opts.segment_size,
+            ..WalOptions::default()
+        };
+        let writer = Writer::open(&root, t, wopts)
+            .with_context(|| format!("opening the received log of tablet {t}"))?;
+        let start = writer.written_pos();
+        let start_ht = writer.last_ht().unwrap_or_default();
+        let (tx, rx) = crossbeam::channel::bounded(self.opts.queue_frames.max(1));
+        let (dtx, drx) = watch::channel(Durable {
+            pos: start,
+            safe_time: start_ht,
+            error: None,
+        });
+        let ti = Arc::new(TabletIntake {
+            tablet: t.clone(),
+            owner: Mutex::new(None),
+            state: AtomicU8::new(TabletState::Disconnected as u8),
+            paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),
+            received_pos: AtomicU64::new(start.0),
+            safe_time: AtomicU64::new(start_ht.0),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            last_frame_ms: AtomicU64::new(0),
+            queue: tx,
+            durable: drx,
+            thread: Mutex::new(None),
+            last_error: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        });
+        let (ti2, shared) = (ti.clone(), self.clone());
+        let sync = self.opts.sync;
+        let h = std::thread::Builder::new()
+            .name(format!("recv-{t}"))
+            .spawn(move || writer_thread(writer, rx, dtx, ti2, shared, sync))
+            .context("spawning a writer thread")?;
+        *lock(&ti.thread) = Some(h);
+        map.insert(t.clone(), ti.clone());
+        tracing::info!(tablet = %t, received = %start, "tablet intake ready");
+        Ok(ti)
+    }
+
+    /// Claims `t` for a connection; an error names the live owner.
+    fn claim(
+        &self,
+        ti: &TabletIntake,
+        shipper_id: &str,
+        conn_id: u64,
+        remote: SocketAddr,
+    ) -> Result<(), String> {
+        let mut o = lock(&ti.owner);
+        if let Some(cur) = o.as_ref() {
+            if cur.conn_id != conn_id && cur.shipper_id != shipper_id {
+                return Err(format!(
+                    "tablet {} is already shipped by live shipper {:?} from {}; refused for shipper {:?}",
+                    ti.tablet, cur.shipper_id, cur.remote, shipper_id
+                ));
+            }
+        }
+        // The same shipper reconnecting takes over from its old (maybe half-dead) connection.
+        *o = Some(Owner {
+            shipper_id: shipper_id.to_string(),
+            conn_id,
+            remote,
+        });
+        Ok(())
+    }
+
+    fn owned_by(&self, ti: &TabletIntake, conn_id: u64) -> bool {
+        lock(&ti.owner)
+            .as_ref()
+            .is_some_and(|o| o.conn_id == conn_id)
+    }
+
+    fn release(&self, conn_id: u64) {
+        for ti in lock(&self.tablets).values() {
+            let mut o = lock(&ti.owner);
+            if o.as_ref().is_some_and(|o| o.conn_id == conn_id) {
+                *o = None;
+                let _ = ti.state.compare_exchange(
+                    TabletState::Streaming as u8,
+                    TabletState::Disconnected as u8,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
+        }
+    }
+}
+
+fn writer_thread(
+    mut w: Writer,
+    rx: crossbeam::channel::Receiver<WriteReq>,
+    out: watch::Sender<Durable>,
+    ti: Arc<TabletIntake>,
+    shared: Arc<Shared>,
+    sync: SyncPolicy,
+) {
+    let tablet = ti.tablet.clone();
+    let mut group: Vec<WriteReq> = Vec::new();
+    'run: loop {
+        let first = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(r) => r,
+            Err(crossbeam::channel::RecvTimeoutError::Timeout) => {
+                if ti.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                continue;
+            }
+            Err(crossbeam::channel::RecvTimeoutError::Disconnected) => break,
+        };
+        group.clear();
+        group.push(first);
+        if sync != SyncPolicy::Always {
+            let mut bytes = group[0].payload.len();
+            while bytes < (64 << 20) {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        bytes += r.payload.len();
+                        group.push(r);
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        let mut error = None;
+        let mut n_records = 0u64;
+        let mut n_bytes = 0u64;
+        for req in group.drain(..) {
+            if req.first != w.staged_pos() {
+                error = Some((
+                    req.stream,
+                    "bad_position",
+                    format!(
+                        "frame starts at {} but the received log of tablet {tablet} ends at {}; resume from there",
+                        req.first,
+                        w.staged_pos()
+                    ),
+                ));
+                continue;
+            }
+            fail::fail_point!("intake::append", |_| {});
+            match w.append_encoded(&req.payload) {
+                Ok((n, _)) => {
+                    n_records += u64::from(n);
+                    n_bytes += req.payload.len() as u64;
+                }
+                Err(e) => {
+                    // Nothing of a refused frame is staged.
+                    error = Some((req.stream, "corrupt_frame", e.to_string()));
+                }
+            }
+        }
+        let policy = match sync {
+            SyncPolicy::None => SyncPolicy::None,
+            _ => SyncPolicy::Always,
+        };
+        let res = (|| -> std::result::Result<(), String> {
+            fail::fail_point!(
+                "intake::sync",
+                |_| Err("failpoint intake::sync".to_string())
+            );
+            w.commit(policy).map(|_| ()).map_err(|e| e.to_string())
+        })();
+        if let Err(e) = res {
+            // Never ack what is not durable: stop this tablet's intake.
+            tracing::error!(tablet = %tablet, "received log write failed, intake stopped: {e}");
+            let _ = w.rollback();
+            ti.state.store(TabletState::Failed as u8, Ordering::SeqCst);
+            *lock(&ti.last_error) = Some(e.clone());
+            out.send_modify(|d| d.error = Some((0, "io", e)));
+            break 'run;
+        }
+        let pos = w.written_pos();
+        let ht = w.last_ht().unwrap_or_default();
+        ti.received_pos.store(pos.0, Ordering::Release);
+        ti.safe_time.store(ht.0, Ordering::Release);
+        ti.records.fetch_add(n_records, Ordering::Relaxed);
+        ti.bytes.fetch_add(n_bytes, Ordering::Relaxed);
+        if let Some((_, _, e)) = &error {
+            *lock(&ti.last_error) = Some(e.clone());
+        }
+        out.send_modify(|d| {
+            d.pos = pos;
+            d.safe_time = ht;
+            if error.is_some() {
+                d.error = error.take();
+            }
+        });
+        let hook = lock(&shared.hook).0.clone();
+        if let Some(h) = hook {
+            h(&tablet, pos);
+        }
+    }
+    if let Err(e) = w.close() {
+        tracing::warn!(tablet = %tablet, "closing the received log: {e}");
+    }
+}
+
+/// Reads one message from a QUIC stream. `Ok(None)` at a clean end of stream.
+async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes)>> {
+    let mut head = [0u8; MSG_HEADER_LEN];
+    match recv.read_exact(&mut head).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let (kind, len, sum) = wire::decode_header(&head)?;
+    let mut body = vec![0u8; len];
+    recv.read_exact(&mut body).await?;
+    let msg = wire::decode_body(kind, &body, sum)?;
+    let body = Bytes::from(body);
+    let payload = if kind == MsgKind::Data {
+        body.slice(wire::DATA_HEADER_LEN..)
+    } else {
+        Bytes::new()
+    };
+    Ok(Some((msg, payload)))
+}
+
+async fn serve_connection(
+    shared: Arc<Shared>,
+    conn: quinn::Connection,
+    conn_id: u64,
+) -> Result<()> {
+    let (csend, crecv) = conn
+        .accept_bi()
+        .await
+        .context("waiting for the control stream")?;
+    tokio::select! {
+        r = serve_control(shared.clone(), &conn, csend, crecv, conn_id) => r,
+        r = accept_tablet_streams(shared.clone(), &conn, conn_id) => r,
+    }
+}
+
+/// The control stream: Hello messages (the first, and any later one for new tablets).
+async fn serve_control(
+    shared: Arc<Shared>,
+    conn: &quinn::Connection,
+    mut csend: quinn::SendStream,
+    mut crecv: quinn::RecvStream,
+    conn_id: u64,
+) -> Result<()> {
+    let remote = conn.remote_address();
+    let mut first = true;
+    loop {
+        let Some((msg, _)) = read_msg(&mut crecv).await? else {
+            return Ok(());
+        };
+        let Message::Hello(h) = msg else {
+            let e = wire::encode_error("protocol", "expected Hello on the control stream");
+            let _ = csend.write_all(&e).await;
+            anyhow::bail!("protocol: expected Hello on the control stream");
+        };
+        if first {
+            tracing::info!(conn = conn_id, %remote, shipper = %h.shipper_id, lane = h.lane,
+                tablets = h.tablets.len(), "shipper connected");
+            first = false;
+        }
+        let mut answer = Vec::new();
+        for ht in &h.tablets {
+            let claimed = shared
+                .tablet(&ht.tablet)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|ti| {
+                    shared
+                        .claim(&ti, &h.shipper_id, conn_id, remote)
+                        .map(|()| ti.received_pos())
+                });
+            answer.push(match claimed {
+                Ok(resume) => WelcomeTablet {
+                    tablet: ht.tablet.clone(),
+                    resume: Some(resume),
+                    refused: None,
+                },
+                Err(reason) => {
+                    tracing::warn!(conn = conn_id, "{reason}");
+                    WelcomeTablet {
+                        tablet: ht.tablet.clone(),
+                        resume: None,
+                        refused: Some(reason),
+                    }
+                }
+            });
+        }
+        let w = wire::Welcome {
+            applier_id: shared.opts.applier_id.clone(),
+            tablets: answer,
+        };
+        csend.write_all(&wire::encode_welcome(&w)).await?;
+    }
+}
+
+async fn accept_tablet_streams(
+    shared: Arc<Shared>,
+    conn: &quinn::Connection,
+    conn_id: u64,
+) -> Result<()> {
+    loop {
+        let (send, recv) = conn.accept_bi().await?;
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve_tablet_stream(shared, send, recv, conn_id).await {
+                tracing::info!(conn = conn_id, "tablet stream ended: {e:#}");
+            }
+        });
+    }
+}
+
+async fn serve_tablet_stream(
+    shared: Arc<Shared>,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    conn_id: u64,
+) -> Result<()> {
+    let Some((Message::Open(open), _)) = read_msg(&mut recv).await? else {
+        let _ = send
+            .write_all(&wire::encode_error("protocol", "expected Open"))
+            .await;
+        anyhow::bail!("protocol: a tablet stream must start with Open");
+    };
+    let tablet = open.tablet.clone();
+    let ti = lock(&shared.tablets).get(&tablet).cloned();
+    let Some(ti) = ti.filter(|ti| shared.owned_by(ti, conn_id)) else {
+        let msg = format!("tablet {tablet} is not claimed by this connection (send Hello first)");
+        let _ = send.write_all(&wire::encode_error("claimed", &msg)).await;
+        anyhow::bail!("{msg}");
+    };
+    let stream_id = shared.stream_ids.fetch_add(1, Ordering::Relaxed);
+    // The first Ack is the resume position.
+    let mut durable = ti.durable.clone();
+    let start = durable.borrow_and_update().clone();
+    send.write_all(&wire::encode_ack(start.pos, start.safe_time))
+        .await?;
+    ti.state
+        .store(TabletState::Streaming as u8, Ordering::SeqCst);
+    tracing::debug!(tablet = %tablet, conn = conn_id, from = %start.pos, "tablet stream open");
+    let (etx, erx) = tokio::sync::mpsc::channel::<(&'static str, String)>(1);
+    let r = tokio::select! {
+        r = send_acks(&tablet, send, durable, start.pos, stream_id, erx) => r,
+        r = receive_frames(&shared, &ti, recv, start.pos, stream_id, conn_id, etx) => r,
+    };
+    if ti.state() == TabletState::Streaming {
+        ti.state
+            .store(TabletState::Disconnected as u8, Ordering::SeqCst);
+    }
+    r
+}
+
+/// Sends one Ack per published durable end (batched by the watch channel), or the Error
+/// that ends the stream.
+async fn send_acks(
+    tablet: &TabletId,
+    mut send: quinn::SendStream,
+    mut durable: watch::Receiver<Durable>,
+    mut last: WalPos,
+    stream_id: u64,
+    mut errors: tokio::sync::mpsc::Receiver<(&'static str, String)>,
+) -> Result<()> {
+    loop {
+        tokio::select! {
+            changed = durable.changed() => {
+                if changed.is_err() {
+                    anyhow::bail!("intake of tablet {tablet} stopped");
+                }
+            }
+            e = errors.recv() => {
+                if let Some((code, reason)) = e {
+                    let _ = send.write_all(&wire::encode_error(code, &reason)).await;
+                    let _ = send.finish();
+                    // Let the error reach the shipper before the stream is dropped.
+                    let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
+                    anyhow::bail!("{code}: {reason}");
+                }
+                // The receiving side ended cleanly.
+                return Ok(());
+            }
+        }
+        let d = durable.borrow_and_update().clone();
+        if let Some((sid, code, reason)) = &d.error {
+            if *sid == stream_id || *sid == 0 {
+                let _ = send.write_all(&wire::encode_error(code, reason)).await;
+                let _ = send.finish();
+                anyhow::bail!("{code}: {reason}");
+            }
+        }
+        if d.pos > last {
+            send.write_all(&wire::encode_ack(d.pos, d.safe_time))
+                .await?;
+            last = d.pos;
+        }
+    }
+}
+
+/// Reads frames and queues them for the tablet's writer thread; a bad frame is reported
+/// through `errors` and ends the stream (nothing of it is written).
+async fn receive_frames(
+    shared: &Arc<Shared>,
+    ti: &Arc<TabletIntake>,
+    mut recv: quinn::RecvStream,
+    mut expect: WalPos,
+    stream_id: u64,
+    conn_id: u64,
+    errors: tokio::sync::mpsc::Sender<(&'static str, String)>,
+) -> Result<()> {
+    let tablet = &ti.tablet;
+    loop {
+        while ti.paused.load(Ordering::Relaxed) {
+            // Paused: stop reading; QUIC flow control holds the shipper back.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let msg = match read_msg(&mut recv).await {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                // Keep acking what is queued until the shipper goes away.
+                std::future::pending::<()>().await;
+                return Ok(());
+            }
+            Err(e) => {
+                let reason = format!("corrupt frame on tablet {tablet}: {e:#}");
+                tracing::warn!(
+                    conn = conn_id,
+                    "{reason}; stream closed, nothing of it written"
+                );
+                let _ = errors.send(("corrupt_frame", reason.clone())).await;
+                std::future::pending::<()>().await;
+                return Ok(());
+            }
+        };
+        if !shared.owned_by(ti, conn_id) {
+            let _ = errors
+                .send((
+                    "claimed",
+                    format!("tablet {tablet} was taken over by another connection"),
+                ))
+                .await;
+            std::future::pending::<()>().await;
+        }
+        match msg {
+            (Message::Data(f), payload) => {
+                if &f.tablet != tablet || f.first_pos != expect {
+                    let reason = format!(
+                        "frame for tablet {} at {} on the stream of tablet {tablet} expecting {expect}",
+                        f.tablet, f.first_pos
+                    );
+                    let _ = errors.send(("bad_position", reason)).await;
+                    std::future::pending::<()>().await;
+                }
+                expect = f.end_pos;
+                ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
+                let req = WriteReq {
+                    stream: stream_id,
+                    first: f.first_pos,
+                    payload,
+                };
+                let q = ti.queue.clone();
+                // Bounded queue: back-pressure onto the QUIC stream.
+                let sent = match q.try_send(req) {
+                    Ok(()) => true,
+                    Err(crossbeam::channel::TrySendError::Full(req)) => {
+                        tokio::task::spawn_blocking(move || q.send(req).is_ok())
+                            .await
+                            .unwrap_or(false)
+                    }
+                    Err(_) => false,
+                };
+                if !sent {
+                    anyhow::bail!("intake of tablet {tablet} stopped");
+                }
+            }
+            (Message::KeepAlive(_), _) => {
+                ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
+            }
+            (Message::Error(e), _) => {
+                if e.code == "needs_bootstrap" {
+                    ti.state
+                        .store(TabletState::NeedsBootstrap as u8, Ordering::SeqCst);
+                }
+                *lock(&ti.last_error) = Some(format!("{}: {}", e.code, e.message));
+                tracing::warn!(tablet = %tablet, code = %e.code, "shipper reports: {}", e.message);
+            }
+            (other, _) => {
+                let _ = errors
+                    .send((
+                        "protocol",
+                        format!("unexpected message on a tablet stream: {other:?}"),
+                    ))
+                    .await;
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The pipe end to end through the real library endpoints on loopback: shipper (lanes,
+//! io_uring or std) → QUIC with mutual TLS → applier intake → received logs.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+use tidelog_applier::intake::{Intake, IntakeOptions};
+use tidelog_shipper::io::IoChoice;
+use tidelog_shipper::{Shipper, ShipperOptions};
+use tidelog_wal::SyncPolicy;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn start_intake(rt: &tokio::runtime::Runtime, p: &Pki, dir: &std::path::Path) -> Intake {
+    let mut o = IntakeOptions::new("127.0.0.1:0".parse().unwrap(), dir.to_path_buf());
+    o.sync = SyncPolicy::Batch;
+    o.segment_size = 96 << 10;
+    let _g = rt.enter();
+    Intake::start(o, server_tls(p), None).unwrap()
+}
+
+fn shipper_opts(
+    wal: &std::path::Path,
+    addr: SocketAddr,
+    io: IoChoice,
+    lanes: usize,
+) -> ShipperOptions {
+    let mut o = ShipperOptions::new(wal.to_path_buf(), addr);
+    o.io_engine = io;
+    o.lanes = lanes;
+    o.max_frame_bytes = 64 << 10;
+    o.window_bytes = 256 << 10;
+    o.rescan_interval = Duration::from_millis(100);
+    o.reconnect_min = Duration::from_millis(20);
+    o.reconnect_max = Duration::from_millis(200);
+    o
+}
+
+fn ships_8_tablets(io: IoChoice, lanes: usize) {
+    let p = pki("t");
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    let addr = intake.local_addr().unwrap();
+    let mut writers: Vec<_> = (0..8)
+        .map(|i| source(src.path(), &tablet(i), 64 << 10))
+        .collect();
+    for (i, w) in writers.iter_mut().enumerate() {
+        write_records(w, 0, 200 + 50 * i as u64, 100 + 40 * i);
+    }
+    // One record larger than a frame (64 KiB) to take the single-large-record path.
+    write_records(&mut writers[3], 10_000, 1, 50_000);
+    let shipper =
+        Shipper::start(shipper_opts(src.path(), addr, io, lanes), client_tls(&p)).unwrap();
+    // More while it runs: live tailing across rotations, and a tablet that appears later.
+    for (i, w) in writers.iter_mut().enumerate() {
+        write_records(w, 20_000, 300, 64 + i);
+    }
+    let mut late = source(src.path(), &tablet(8), 64 << 10);
+    write_records(&mut late, 0, 100, 10);
+    writers.push(late);
+    for (i, w) in writers.iter().enumerate() {
+        let t = tablet(i);
+        let end = w.written_pos();
+        wait_for(
+            &format!("{t} received up to {end}"),
+            Duration::from_secs(60),
+            || intake.tablet(&t).is_some_and(|ti| ti.received_pos() >= end),
+        );
+    }
+    // Record for record identical, and the acks reached the shipper.
+    for (i, w) in writers.iter().enumerate() {
+        let t = tablet(i);
+        let want = read_all(src.path(), &t);
+        let got = read_all(&dst.path().join("received"), &t);
+        assert_eq!(want.len(), got.len(), "{t}: record count");
+        assert!(want == got, "{t}: received log differs from the source");
+        let end = w.written_pos().0;
+        wait_for(&format!("{t} acked"), Duration::from_secs(20), || {
+            shipper.status().get(&t).is_some_and(|s| s.acked_pos == end)
+        });
+    }
+    let st = shipper.status();
+    assert_eq!(st.len(), 9);
+    assert!(st
+        .values()
+        .all(|s| s.lag_bytes == 0 && s.records_acked == s.records_shipped));
+    shipper.shutdown();
+    // The acked files were written for retention.
+    wait_for("acked files", Duration::from_secs(5), || {
+        (0..9).all(|i| {
+            tidelog_wal::retention::read_acked(&src.path().join(tablet(i).as_str()))
+                .ok()
+                .flatten()
+                .is_some()
+        })
+    });
+    rt.block_on(intake.shutdown());
+}
+
+#[test]
+fn ships_8_tablets_identically_with_io_uring_over_2_lanes() {
+    ships_8_tablets(IoChoice::Auto, 2);
+}
+
+#[test]
+fn ships_8_tablets_identically_with_std_reads_over_1_lane() {
+    ships_8_tablets(IoChoice::Std, 1);
+}
+
+#[test]
+fn a_shipper_from_another_ca_is_refused() {
+    let good = pki("good");
+    let evil = pki("evil");
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &good, dst.path());
+    let mut w = source(src.path(), &tablet(0), 64 << 10);
+    write_records(&mut w, 0, 50, 10);
+    // Trusts the applier's CA but presents a client certificate signed by another CA.
+    let mut tls = client_tls(&evil);
+    tls.ca = vec![good.ca.clone()];
+    let shipper = Shipper::start(
+        shipper_opts(src.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1),
+        tls,
+    )
+    .unwrap();
+    wait_for(
+        "the shipper to report the refusal",
+        Duration::from_secs(20),
+        || {
+            shipper
+                .status()
+                .get(&tablet(0))
+                .and_then(|s| s.error.clone())
+                .is_some()
+        },
+    );
+    let err = shipper.status()[&tablet(0)].error.clone().unwrap();
+    assert!(
+        err.contains("connection lost")
+            || err.contains("closed")
+            || err.contains("certificate")
+            || err.contains("aborted"),
+        "{err}"
+    );
+    assert!(
+        intake.tablets().is_empty(),
+        "a refused shipper registered a tablet"
+    );
+    assert!(!dst
+        .path()
+        .join("received")
+        .join(tablet(0).as_str())
+        .exists());
+    assert_eq!(shipper.status()[&tablet(0)].acked_pos, 0);
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}
+
+#[test]
+fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
+    let p = pki("claim");
+    let (src1, src2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    let addr = intake.local_addr().unwrap();
+    let mut w1 = source(src1.path(), &tablet(0), 64 << 10);
+    write_records(&mut w1, 0, 20, 10);
+    let mut w2 = source(src2.path(), &tablet(0), 64 << 10);
+    write_records(&mut w2, 0, 30, 10);
+    let mut o1 = shipper_opts(src1.path(), addr, IoChoice::Auto, 1);
+    o1.shipper_id = "host-a".into();
+    let s1 = Shipper::start(o1, client_tls(&p)).unwrap();
+    let end = w1.written_pos();
+    wait_for("host-a streams", Duration::from_secs(20), || {
+        intake
+            .tablet(&tablet(0))
+            .is_some_and(|t| t.received_pos() >= end)
+    });
+    let mut o2 = shipper_opts(src2.path(), addr, IoChoice::Auto, 1);
+    o2.shipper_id = "host-b".into();
+    let s2 = Shipper::start(o2, client_tls(&p)).unwrap();
+    wait_for("host-b refused", Duration::from_secs(20), || {
+        s2.status()
+            .get(&tablet(0))
+            .is_some_and(|s| s.state == "refused")
+    });
+    let reason = s2.status()[&tablet(0)].error.clone().unwrap();
+    assert!(
+        reason.contains("host-a") && reason.contains("tablet-0"),
+        "{reason}"
+    );
+    assert_eq!(intake.tablet(&tablet(0)).unwrap().received_pos(), end);
+    s2.shutdown();
+    s1.shutdown();
+    rt.block_on(intake.shutdown());
+}
