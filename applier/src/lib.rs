@@ -1,1 +1,3 @@
 //! `tidelog-applier`: the target side (DESIGN §5).
+
+pub mod keys;
