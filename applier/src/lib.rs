@@ -1,3 +1,5 @@
 //! `tidelog-applier`: the target side (DESIGN §5).
 
+pub mod error;
 pub mod keys;
+pub mod store;
