@@ -76,6 +76,9 @@ pub struct TabletMeta {
     pub registered: bool,
     /// Identity of the shipper that owns the tablet, if recorded.
     pub owner: Option<String>,
+    /// Records applied from the received log, ever (each exactly once; a replay skipped by
+    /// the apply position does not count).
+    pub applied_records: u64,
 }
 
 /// One version of a key.
@@ -521,6 +524,7 @@ impl Store {
             batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
         }
         meta.applied_pos = end_pos;
+        meta.applied_records += out.records;
         batch.insert(
             &self.meta,
             Self::tablet_key(tablet),
@@ -726,6 +730,7 @@ fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     out.push(flags);
     out.extend_from_slice(&m.applied_pos.0.to_le_bytes());
     out.extend_from_slice(&m.safe_time.0.to_le_bytes());
+    out.extend_from_slice(&m.applied_records.to_le_bytes());
     if let Some(o) = &m.owner {
         let n = u8::try_from(o.len())
             .map_err(|_| Error::Invalid(format!("owner {o:?} is longer than 255 bytes")))?;
@@ -747,6 +752,7 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     }
     let applied_pos = WalPos(c.u64("applied_pos")?);
     let safe_time = HybridTime(c.u64("safe_time")?);
+    let applied_records = c.u64("applied_records")?;
     let owner = if flags & TM_OWNER != 0 {
         let n = c.u8("owner length")? as usize;
         let b = c.take(n, "owner")?;
@@ -760,6 +766,7 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
         safe_time,
         registered: flags & TM_REGISTERED != 0,
         owner,
+        applied_records,
     })
 }
 
@@ -963,6 +970,7 @@ mod tests {
         let m = s.tablets().unwrap();
         assert_eq!(m[&a].applied_pos, end);
         assert_eq!(m[&a].safe_time, HybridTime(30));
+        assert_eq!(m[&a].applied_records, 3);
         assert!(!m[&a].registered);
         s.register_tablet(&a).unwrap();
         s.set_tablet_owner(&a, Some("host1")).unwrap();
@@ -1134,6 +1142,7 @@ mod tests {
             safe_time: HybridTime(10),
             registered: true,
             owner: Some("o".into()),
+            applied_records: 42,
         };
         let enc = encode_tablet_meta(&m).unwrap();
         assert_eq!(decode_tablet_meta(&enc).unwrap(), m);
