@@ -305,6 +305,7 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
     let mut batch: Vec<(WalPos, Record)> = Vec::new();
     let mut dirty = false;
     let mut last_persist = Instant::now();
+    let mut warned = false;
     let result = loop {
         if sh.stop.load(Ordering::Acquire) {
             break Ok(());
@@ -313,6 +314,12 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
             Some(r) => r,
             None => {
                 if !log_ready(&log_dir)? {
+                    if !warned && sh.applied_pos.load() != WalPos::ZERO {
+                        // The store applied this tablet before, yet its log is gone.
+                        tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
+                            "received log missing although records were applied; waiting for it");
+                        warned = true;
+                    }
                     sh.wait(cfg.poll_interval);
                     continue;
                 }

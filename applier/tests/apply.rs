@@ -407,6 +407,8 @@ fn corrupt_received_log_stops_the_worker_without_skipping() {
 
 const CHILD_ENV: &str = "TIDELOG_APPLY_CHILD_DIR";
 const CHILD_RECORDS: usize = 20_000;
+/// Marker file the child creates once it applies.
+const STARTED: &str = "child-started";
 
 /// The child: applies the received log under `$CHILD_ENV/received` into `$CHILD_ENV`'s
 /// store with `Buffered` batches and no periodic persist, until killed. A no-op when run
@@ -424,6 +426,8 @@ fn child_applier() {
         ..Default::default()
     };
     let w = ApplyWorker::start(store, &dir.join("received"), tablet(), cfg).unwrap();
+    // Tell the parent the store is open (recovery done) and the worker runs.
+    std::fs::write(dir.join(STARTED), b"").unwrap();
     let deadline = Instant::now() + DEADLINE;
     while w.is_running() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -468,7 +472,17 @@ fn sigkilled_applier_resumes_exactly_once() {
             .spawn()
             .unwrap();
         let mut child = KillOnDrop(Some(child));
-        std::thread::sleep(Duration::from_millis(rng.random_range(50..400)));
+        let marker = dir.path().join(STARTED);
+        let deadline = Instant::now() + DEADLINE;
+        while !marker.exists() {
+            assert!(Instant::now() < deadline, "child did not start");
+            if let Some(st) = child.0.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("child exited early: {st}");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::fs::remove_file(&marker).unwrap();
+        std::thread::sleep(Duration::from_millis(rng.random_range(0..80)));
         if let Some(c) = child.0.as_mut() {
             c.kill().unwrap();
             c.wait().unwrap();
