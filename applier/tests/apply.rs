@@ -268,6 +268,34 @@ fn worker_without_notify_catches_up_by_polling() {
 }
 
 #[test]
+fn notify_wakes_the_worker_without_waiting_for_the_poll() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    // A poll interval far beyond the deadline: only `notify` can make progress in time.
+    let cfg = ApplyConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..Default::default()
+    };
+    let mut w = ApplyWorker::start(store.clone(), &received, tablet(), cfg).unwrap();
+    let recs = records(seed() + 6, 200);
+    let (pos, end) = write_log(&received, &recs, 6, || {});
+    assert!(
+        !w.wait_applied(end, Duration::from_millis(200)),
+        "applied without notify"
+    );
+    w.notify();
+    assert!(w.wait_applied(end, DEADLINE), "error: {:?}", w.error());
+    let t0 = Instant::now();
+    w.stop().unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "stop waited for the poll"
+    );
+    check(&store, &recs, &pos, end);
+}
+
+#[test]
 fn restarts_resume_from_the_apply_position_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let received = dir.path().join("received");
