@@ -1,5 +1,9 @@
 //! `tidelog-applier`: the target side (DESIGN §5): QUIC intake into per-tablet received
 //! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
 
+pub mod apply;
+pub mod error;
 pub mod intake;
+pub mod keys;
+pub mod store;
 pub mod tls;

@@ -1,0 +1,378 @@
+//! The apply stage of one tablet (DESIGN §5, stage 2): reads the tablet's received log from
+//! the store's apply position and applies it in batches with [`Store::apply`].
+//!
+//! An [`ApplyWorker`] runs on its own std thread. It opens a [`Reader`] with
+//! [`ReadLimit::Durable`] on `received/<tablet>/` (waiting while the log does not exist
+//! yet), seeks to the tablet's persisted `applied_pos`, reads what is durable in batches of
+//! at most [`ApplyConfig::batch_bytes`] / [`ApplyConfig::batch_records`], applies each batch
+//! atomically, and then sleeps until [`ApplyWorker::notify`] (the intake calls it after each
+//! durable append) or the fallback [`ApplyConfig::poll_interval`] — never spinning.
+//!
+//! # Why `Buffered` batches are safe
+//!
+//! By default batches are committed with [`Durability::Buffered`] (written to OS buffers,
+//! not fsynced) and the store is fsynced every [`ApplyConfig::persist_interval`] and on
+//! stop. This loses nothing and applies nothing twice:
+//!
+//! * The worker only reads the received log up to its **durable** end, so every record it
+//!   applies survives any crash in the received log.
+//! * Each batch carries the tablet's new `applied_pos` in the **same** atomic fjall batch as
+//!   the data and transaction state it implies. fjall's journal is one sequential log and
+//!   recovers to a batch boundary, so after a crash the store holds exactly the batches up
+//!   to some point, and `applied_pos` names that point.
+//! * On restart the worker seeks the received log to the persisted `applied_pos` and
+//!   re-applies from there; [`Store::apply`] also skips any record below it and refuses a
+//!   gap. So a crash costs re-doing at most `persist_interval` of apply work.
+//!
+//! What `Buffered` does cost: readers may see data that a machine crash rolls back (to be
+//! re-applied identically). Anything that must not go backwards across a crash — the
+//! published global safe time — is persisted with `Sync` by its owner, after the store
+//! batches below it were persisted ([`Store::persist`]).
+//!
+//! # Errors
+//!
+//! A corrupt or truncated received log, a gap, or a store failure stops the worker; the
+//! error (naming tablet, file and offset for corruption) is kept in [`ApplyWorker::error`]
+//! and logged once. Nothing is ever skipped.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tidelog_wal::{AtomicWalPos, HybridTime, ReadLimit, Reader, Record, TabletId, WalPos};
+
+use crate::error::{Error, Result};
+use crate::store::{Durability, Store};
+
+/// Apply-stage settings.
+#[derive(Clone, Debug)]
+pub struct ApplyConfig {
+    /// Received-log bytes per batch, at most (a batch ends after the record that crosses
+    /// it). Default 4 MiB.
+    pub batch_bytes: u64,
+    /// Records per batch, at most. Default 10 000.
+    pub batch_records: usize,
+    /// Fallback wake-up when no `notify` arrives. Default 50 ms.
+    pub poll_interval: Duration,
+    /// Durability of each batch. Default `Buffered` (see the module doc).
+    pub durability: Durability,
+    /// With `Buffered`, fsync the store at least this often while applying. Default 1 s.
+    pub persist_interval: Duration,
+}
+
+impl Default for ApplyConfig {
+    fn default() -> Self {
+        ApplyConfig {
+            batch_bytes: 4 << 20,
+            batch_records: 10_000,
+            poll_interval: Duration::from_millis(50),
+            durability: Durability::Buffered,
+            persist_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Wake {
+    /// Set by `notify`/`stop`, cleared by the worker when it wakes.
+    pending: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    tablet: TabletId,
+    applied_pos: AtomicWalPos,
+    safe_time: AtomicU64,
+    stop: AtomicBool,
+    running: AtomicBool,
+    wake: Mutex<Wake>,
+    /// Wakes the worker.
+    wake_cv: Condvar,
+    /// Wakes `wait_applied` callers after each batch and when the worker ends.
+    progress_cv: Condvar,
+    error: Mutex<Option<Arc<Error>>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Wake> {
+        // `Wake` is a flag: a panic elsewhere cannot leave it inconsistent.
+        self.wake.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, pos: WalPos, safe: HybridTime) {
+        // Release stores: a reader that sees `pos` sees the store batch committed before.
+        self.safe_time.fetch_max(safe.0, Ordering::Release);
+        self.applied_pos.store(pos);
+        let _g = self.lock();
+        self.progress_cv.notify_all();
+    }
+
+    /// Sleeps until notified, stopped or `timeout`.
+    fn wait(&self, timeout: Duration) {
+        let mut g = self.lock();
+        if !g.pending && !self.stop.load(Ordering::Acquire) {
+            g = self
+                .wake_cv
+                .wait_timeout(g, timeout)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        g.pending = false;
+    }
+}
+
+/// The apply stage of one tablet, running on its own thread.
+#[derive(Debug)]
+pub struct ApplyWorker {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ApplyWorker {
+    /// Starts applying `received_dir/<tablet>/` into `store` from the tablet's stored
+    /// apply position.
+    pub fn start(
+        store: Arc<Store>,
+        received_dir: &Path,
+        tablet: TabletId,
+        cfg: ApplyConfig,
+    ) -> Result<ApplyWorker> {
+        if cfg.batch_records == 0 || cfg.batch_bytes == 0 || cfg.poll_interval.is_zero() {
+            return Err(Error::Invalid(format!(
+                "apply config needs positive batch limits and poll interval: {cfg:?}"
+            )));
+        }
+        let meta = store.tablet(&tablet)?.unwrap_or_default();
+        let shared = Arc::new(Shared {
+            tablet: tablet.clone(),
+            applied_pos: AtomicWalPos::new(meta.applied_pos),
+            safe_time: AtomicU64::new(meta.safe_time.0),
+            stop: AtomicBool::new(false),
+            running: AtomicBool::new(true),
+            wake: Mutex::new(Wake::default()),
+            wake_cv: Condvar::new(),
+            progress_cv: Condvar::new(),
+            error: Mutex::new(None),
+        });
+        let sh = shared.clone();
+        let dir = received_dir.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name(format!("apply-{tablet}"))
+            .spawn(move || {
+                let span = tracing::info_span!("apply", tablet = %sh.tablet);
+                let _e = span.enter();
+                let res = run(&sh, &store, &dir, &cfg);
+                if let Err(e) = res {
+                    tracing::error!(error = %e, "apply worker stopped");
+                    *sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
+                }
+                let _g = sh.lock();
+                sh.running.store(false, Ordering::Release);
+                sh.progress_cv.notify_all();
+            })
+            .map_err(|source| Error::Io {
+                op: "spawn apply thread",
+                path: received_dir.to_path_buf(),
+                source,
+            })?;
+        Ok(ApplyWorker {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn tablet(&self) -> &TabletId {
+        &self.shared.tablet
+    }
+
+    /// Tells the worker that more of the received log is durable. Cheap; never blocks long.
+    pub fn notify(&self) {
+        let mut g = self.shared.lock();
+        g.pending = true;
+        self.shared.wake_cv.notify_one();
+    }
+
+    /// End of the last applied record (what the store holds, maybe not yet fsynced).
+    pub fn applied_pos(&self) -> WalPos {
+        self.shared.applied_pos.load()
+    }
+
+    /// The tablet's safe time: ht of its last applied record or heartbeat (0 if none).
+    pub fn safe_time(&self) -> HybridTime {
+        HybridTime(self.shared.safe_time.load(Ordering::Acquire))
+    }
+
+    /// Whether the thread is still applying (false after `stop` or an error).
+    pub fn is_running(&self) -> bool {
+        self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// The error that stopped the worker, if any.
+    pub fn error(&self) -> Option<Arc<Error>> {
+        self.shared
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Blocks until `applied_pos ≥ pos`, the worker stops, or `timeout`; returns whether
+    /// the position was reached.
+    pub fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.shared.lock();
+        loop {
+            if self.applied_pos() >= pos {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.is_running() {
+                return false;
+            }
+            g = self
+                .shared
+                .progress_cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Stops the worker, joins its thread (which persists the store first) and returns the
+    /// error that stopped it, if any. Idempotent.
+    pub fn stop(&mut self) -> std::result::Result<(), Arc<Error>> {
+        self.shared.stop.store(true, Ordering::Release);
+        self.notify();
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                let e = Arc::new(Error::Shutdown(self.shared.tablet.clone()));
+                *self.shared.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            }
+        }
+        match self.error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ApplyWorker {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Whether the writer has created the tablet's log far enough for a `Reader` to open it:
+/// a control file and at least one segment.
+fn log_ready(dir: &Path) -> Result<bool> {
+    if !dir.join(tidelog_wal::control::CONTROL_FILE).is_file() {
+        return Ok(false);
+    }
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(Error::Io {
+                op: "list",
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    for ent in rd {
+        let ent = ent.map_err(|source| Error::Io {
+            op: "list",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if ent.file_name().to_string_lossy().ends_with(".seg") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()> {
+    let tablet = &sh.tablet;
+    let wal = |source| Error::Wal {
+        tablet: tablet.clone(),
+        source,
+    };
+    let log_dir: PathBuf = root.join(tablet.as_str());
+    let mut reader: Option<Reader> = None;
+    let mut batch: Vec<(WalPos, Record)> = Vec::new();
+    let mut dirty = false;
+    let mut last_persist = Instant::now();
+    let mut warned = false;
+    let result = loop {
+        if sh.stop.load(Ordering::Acquire) {
+            break Ok(());
+        }
+        let r = match &mut reader {
+            Some(r) => r,
+            None => {
+                if !log_ready(&log_dir)? {
+                    if !warned && sh.applied_pos.load() != WalPos::ZERO {
+                        // The store applied this tablet before, yet its log is gone.
+                        tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
+                            "received log missing although records were applied; waiting for it");
+                        warned = true;
+                    }
+                    sh.wait(cfg.poll_interval);
+                    continue;
+                }
+                let mut r = Reader::open(root, tablet, ReadLimit::Durable).map_err(wal)?;
+                let from = sh.applied_pos.load();
+                // A tablet that applied nothing starts at the log's oldest record.
+                if from != WalPos::ZERO {
+                    r.seek(from).map_err(wal)?;
+                }
+                tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
+                reader.insert(r)
+            }
+        };
+        batch.clear();
+        let start = Reader::position(r);
+        while batch.len() < cfg.batch_records && Reader::position(r).since(start) < cfg.batch_bytes
+        {
+            match r.next().map_err(wal)? {
+                Some(rec) => batch.push(rec),
+                None => break,
+            }
+        }
+        if !batch.is_empty() {
+            let end = Reader::position(r);
+            let out = match store.apply(tablet, &batch, end, cfg.durability) {
+                Ok(o) => o,
+                Err(e) => break Err(e),
+            };
+            tracing::trace!(records = out.records, bytes = out.bytes, end = %end, "applied");
+            sh.publish(out.applied_pos, out.safe_time);
+            dirty |= cfg.durability == Durability::Buffered;
+            if dirty && last_persist.elapsed() >= cfg.persist_interval {
+                store.persist()?;
+                dirty = false;
+                last_persist = Instant::now();
+            }
+            continue;
+        }
+        let mut timeout = cfg.poll_interval;
+        if dirty {
+            let left = cfg.persist_interval.saturating_sub(last_persist.elapsed());
+            if left.is_zero() {
+                store.persist()?;
+                dirty = false;
+                last_persist = Instant::now();
+            } else {
+                timeout = timeout.min(left);
+            }
+        }
+        sh.wait(timeout);
+    };
+    if dirty {
+        store.persist()?;
+    }
+    result
+}

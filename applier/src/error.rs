@@ -1,0 +1,87 @@
+//! The applier store's error type: one enum whose variants callers branch on.
+
+use std::path::PathBuf;
+
+use tidelog_wal::{TabletId, WalPos};
+
+use crate::keys::KeyError;
+
+/// Result alias for the store and the apply stage.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything the store and the apply stage can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// fjall failed doing `op`.
+    #[error("store {op}: {source}")]
+    Store {
+        op: &'static str,
+        #[source]
+        source: fjall::Error,
+    },
+
+    /// A value or key read back from the store is not in the documented layout
+    /// (`applier/STORE.md`). Never skipped.
+    #[error("corrupt store value for {key} in keyspace {keyspace}: {reason}")]
+    Corrupt {
+        keyspace: &'static str,
+        key: String,
+        reason: String,
+    },
+
+    /// A key in the `mvcc` keyspace does not decode.
+    #[error("corrupt key in keyspace mvcc: {0}")]
+    Key(#[from] KeyError),
+
+    /// Records handed to `apply` do not continue the tablet's apply position, or a record
+    /// position does not follow the previous record: applying them would skip or repeat.
+    #[error("tablet {tablet}: records do not continue the apply position: expected a record at {expected}, got {got}")]
+    Gap {
+        tablet: TabletId,
+        expected: WalPos,
+        got: WalPos,
+    },
+
+    /// A caller passed something the store cannot accept.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+
+    /// Reading the received log failed (corruption names tablet, file and offset).
+    #[error("tablet {tablet}: received log: {source}")]
+    Wal {
+        tablet: TabletId,
+        #[source]
+        source: tidelog_wal::Error,
+    },
+
+    /// An operating-system call failed on `path`.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The worker was stopped or its thread died.
+    #[error("apply worker for tablet {0} is shut down")]
+    Shutdown(TabletId),
+}
+
+impl Error {
+    pub(crate) fn store(op: &'static str) -> impl FnOnce(fjall::Error) -> Error {
+        move |source| Error::Store { op, source }
+    }
+
+    pub(crate) fn corrupt(
+        keyspace: &'static str,
+        key: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Error {
+        Error::Corrupt {
+            keyspace,
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+}

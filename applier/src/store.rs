@@ -1,0 +1,1177 @@
+//! `Store`: the applier's fjall database — MVCC data, transactions and meta (DESIGN §5).
+//!
+//! One fjall [`Database`] under `data_dir/store/` with three keyspaces (layouts drawn in
+//! `applier/STORE.md`):
+//!
+//! * `mvcc`: [`keys::encode`]`(key, ht)` → `00` (tombstone) or `01 ‖ value`.
+//! * `txns`: txn id (16 bytes) → [`TxnState`]: per tablet the positions of its intents in
+//!   the received log, the commit if one was seen, the aborted flag, trx_id and gtid. Intent
+//!   ops are not copied: the received log holds them durably.
+//! * `meta`: `tablet/<id>` → [`TabletMeta`]; `global/safe_time`; `global/role`.
+//!
+//! [`Store::apply`] writes everything a run of records of one tablet implies — data,
+//! transaction state and the tablet's new apply position — in **one** atomic fjall batch, so
+//! after a crash the store is at some batch boundary and the apply position says exactly
+//! which records it holds. Records below that position are skipped: nothing is applied twice.
+//!
+//! Read-modify-write of `txns` and `meta` (a transaction's record is touched by the apply
+//! workers of all its participants and its status tablet) is serialized by one mutex held
+//! while a batch is built and committed; reads take no lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
+use tidelog_wal::format::RECORD_HEADER_LEN;
+use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
+
+use crate::error::{Error, Result};
+use crate::keys;
+
+/// Keyspace names.
+pub const MVCC: &str = "mvcc";
+pub const TXNS: &str = "txns";
+pub const META: &str = "meta";
+
+/// Prefix of per-tablet keys in `meta`.
+const TABLET_PREFIX: &[u8] = b"tablet/";
+const GLOBAL_SAFE_TIME: &[u8] = b"global/safe_time";
+const GLOBAL_ROLE: &[u8] = b"global/role";
+
+const VALUE_TOMBSTONE: u8 = 0;
+const VALUE_PUT: u8 = 1;
+const FORMAT_VERSION: u8 = 1;
+
+/// When an apply batch is on stable storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// fsync (fdatasync) the journal before `apply` returns.
+    Sync,
+    /// Written to OS buffers; made durable by a later [`Store::persist`] (or a later
+    /// `Sync` batch: the journal is one sequential file).
+    #[default]
+    Buffered,
+}
+
+/// The target's role (DESIGN §7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Receiving and applying shipped logs.
+    #[default]
+    Standby,
+    /// Promoted by a cutover; every answer is final.
+    Primary,
+}
+
+/// Per-tablet state kept in `meta`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TabletMeta {
+    /// End of the last record applied from the received log (0: nothing applied yet).
+    pub applied_pos: WalPos,
+    /// ht of the last applied record or heartbeat (0 if none).
+    pub safe_time: HybridTime,
+    /// Announced by a shipper (persisted).
+    pub registered: bool,
+    /// Identity of the shipper that owns the tablet, if recorded.
+    pub owner: Option<String>,
+    /// Records applied from the received log, ever (each exactly once; a replay skipped by
+    /// the apply position does not count).
+    pub applied_records: u64,
+}
+
+/// One version of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// `None`: the key was deleted at `ht`.
+    pub value: Option<Vec<u8>>,
+    pub ht: HybridTime,
+}
+
+/// Where one intent record of a transaction lies in a tablet's received log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IntentRef {
+    pub pos: WalPos,
+    pub ht: HybridTime,
+}
+
+/// A commit record seen for a transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    pub commit_ht: HybridTime,
+    /// The (status) tablet whose log carried the commit, and its position there.
+    pub tablet: TabletId,
+    pub pos: WalPos,
+    pub participants: Vec<TabletId>,
+}
+
+/// What the store knows about a distributed transaction.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TxnState {
+    /// Per participant tablet, its intent records, ascending by position.
+    pub intents: BTreeMap<TabletId, Vec<IntentRef>>,
+    pub commit: Option<CommitInfo>,
+    pub aborted: bool,
+    pub trx_id: Option<TrxId>,
+    pub gtid: Option<Gtid>,
+}
+
+/// What one `apply` call did.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ApplyOutcome {
+    /// Records applied by this call.
+    pub records: u64,
+    /// Records skipped because they lie below the stored apply position (a replay).
+    pub skipped: u64,
+    /// `write` records and their ops written to `mvcc`.
+    pub writes: u64,
+    pub ops: u64,
+    pub intents: u64,
+    pub commits: u64,
+    pub aborts: u64,
+    pub heartbeats: u64,
+    /// Received-log bytes covered by the applied records.
+    pub bytes: u64,
+    /// The tablet's apply position and safe time after the call.
+    pub applied_pos: WalPos,
+    pub safe_time: HybridTime,
+}
+
+/// The applier's store. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct Store {
+    db: Database,
+    mvcc: Keyspace,
+    txns: Keyspace,
+    meta: Keyspace,
+    /// Serializes read-modify-write of `txns` and `meta`.
+    write_lock: Mutex<()>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+/// Scans re-seek instead of stepping once they passed this many invisible versions of one key.
+const RESEEK_AFTER: usize = 8;
+
+impl Store {
+    /// Opens (creating if needed) the store under `data_dir/store/`.
+    pub fn open(data_dir: &Path) -> Result<Store> {
+        let path = data_dir.join("store");
+        std::fs::create_dir_all(&path).map_err(|source| Error::Io {
+            op: "create directory",
+            path: path.clone(),
+            source,
+        })?;
+        let db = Database::builder(&path)
+            .open()
+            .map_err(Error::store("open database"))?;
+        let ks = |name: &'static str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(Error::store("open keyspace"))
+        };
+        let (mvcc, txns, meta) = (ks(MVCC)?, ks(TXNS)?, ks(META)?);
+        Ok(Store {
+            db,
+            mvcc,
+            txns,
+            meta,
+            write_lock: Mutex::new(()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+        self.write_lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes everything committed so far durable (fsync of the journal).
+    pub fn persist(&self) -> Result<()> {
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(Error::store("persist"))
+    }
+
+    fn commit(&self, batch: fjall::OwnedWriteBatch, durability: Durability) -> Result<()> {
+        let mode = match durability {
+            Durability::Sync => PersistMode::SyncData,
+            Durability::Buffered => PersistMode::Buffer,
+        };
+        batch
+            .durability(Some(mode))
+            .commit()
+            .map_err(Error::store("commit batch"))
+    }
+
+    // ---- meta ----------------------------------------------------------------------------
+
+    fn tablet_key(tablet: &TabletId) -> Vec<u8> {
+        [TABLET_PREFIX, tablet.as_str().as_bytes()].concat()
+    }
+
+    /// The stored state of one tablet, if any.
+    pub fn tablet(&self, tablet: &TabletId) -> Result<Option<TabletMeta>> {
+        let key = Self::tablet_key(tablet);
+        match self.meta.get(&key).map_err(Error::store("read meta"))? {
+            None => Ok(None),
+            Some(v) => decode_tablet_meta(&v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(META, format!("tablet {tablet}"), r)),
+        }
+    }
+
+    /// Every tablet the store knows (registered or applied), by id.
+    pub fn tablets(&self) -> Result<BTreeMap<TabletId, TabletMeta>> {
+        let mut out = BTreeMap::new();
+        for g in self.meta.prefix(TABLET_PREFIX) {
+            let (k, v) = g.into_inner().map_err(Error::store("scan meta"))?;
+            let name = k.get(TABLET_PREFIX.len()..).unwrap_or_default();
+            let id = std::str::from_utf8(name)
+                .ok()
+                .and_then(|s| s.parse::<TabletId>().ok())
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        META,
+                        format!("key {}", name.escape_ascii()),
+                        "not a valid tablet id",
+                    )
+                })?;
+            let m = decode_tablet_meta(&v)
+                .map_err(|r| Error::corrupt(META, format!("tablet {id}"), r))?;
+            out.insert(id, m);
+        }
+        Ok(out)
+    }
+
+    fn update_tablet(&self, tablet: &TabletId, f: impl FnOnce(&mut TabletMeta)) -> Result<()> {
+        let _g = self.lock();
+        let mut m = self.tablet(tablet)?.unwrap_or_default();
+        f(&mut m);
+        let mut b = self.db.batch();
+        b.insert(
+            &self.meta,
+            Self::tablet_key(tablet),
+            encode_tablet_meta(&m)?,
+        );
+        self.commit(b, Durability::Sync)
+    }
+
+    /// Marks `tablet` registered (announced by a shipper). Durable when it returns.
+    pub fn register_tablet(&self, tablet: &TabletId) -> Result<()> {
+        self.update_tablet(tablet, |m| m.registered = true)
+    }
+
+    /// Records (or clears) the shipper that owns `tablet`. Durable when it returns.
+    pub fn set_tablet_owner(&self, tablet: &TabletId, owner: Option<&str>) -> Result<()> {
+        if owner.is_some_and(|o| o.len() > u8::MAX as usize) {
+            return Err(Error::Invalid(format!(
+                "owner of tablet {tablet} is longer than 255 bytes"
+            )));
+        }
+        self.update_tablet(tablet, |m| m.owner = owner.map(str::to_owned))
+    }
+
+    /// The persisted global safe time, if one was ever stored.
+    pub fn global_safe_time(&self) -> Result<Option<HybridTime>> {
+        match self
+            .meta
+            .get(GLOBAL_SAFE_TIME)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(None),
+            Some(v) => <[u8; 8]>::try_from(&v[..])
+                .map(|b| Some(HybridTime(u64::from_le_bytes(b))))
+                .map_err(|_| {
+                    Error::corrupt(
+                        META,
+                        "global/safe_time",
+                        format!("{} bytes, expected 8", v.len()),
+                    )
+                }),
+        }
+    }
+
+    /// Raises the persisted global safe time to `ht` (never lowers it); returns the stored
+    /// value afterwards.
+    pub fn raise_global_safe_time(
+        &self,
+        ht: HybridTime,
+        durability: Durability,
+    ) -> Result<HybridTime> {
+        let _g = self.lock();
+        let cur = self.global_safe_time()?;
+        if cur.is_some_and(|c| c >= ht) {
+            return Ok(cur.unwrap_or(ht));
+        }
+        let mut b = self.db.batch();
+        b.insert(&self.meta, GLOBAL_SAFE_TIME, ht.0.to_le_bytes().to_vec());
+        self.commit(b, durability)?;
+        Ok(ht)
+    }
+
+    /// The persisted role (standby until a cutover stores another).
+    pub fn role(&self) -> Result<Role> {
+        match self
+            .meta
+            .get(GLOBAL_ROLE)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(Role::Standby),
+            Some(v) => match &v[..] {
+                [0] => Ok(Role::Standby),
+                [1] => Ok(Role::Primary),
+                other => Err(Error::corrupt(
+                    META,
+                    "global/role",
+                    format!("unknown role bytes {:02x?}", other),
+                )),
+            },
+        }
+    }
+
+    /// Stores the role durably.
+    pub fn set_role(&self, role: Role) -> Result<()> {
+        let _g = self.lock();
+        let mut b = self.db.batch();
+        let v: u8 = match role {
+            Role::Standby => 0,
+            Role::Primary => 1,
+        };
+        b.insert(&self.meta, GLOBAL_ROLE, vec![v]);
+        self.commit(b, Durability::Sync)
+    }
+
+    // ---- transactions --------------------------------------------------------------------
+
+    /// What the store knows about `txn`.
+    pub fn txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
+        match self.txns.get(txn.0).map_err(Error::store("read txns"))? {
+            None => Ok(None),
+            Some(v) => decode_txn(&v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(TXNS, format!("txn {txn}"), r)),
+        }
+    }
+
+    // ---- apply ---------------------------------------------------------------------------
+
+    /// Applies `records` of `tablet` (read from its received log; `end_pos` is the end of
+    /// the last one) in one atomic batch together with the tablet's new apply position and
+    /// safe time. Records that end at or below the stored apply position are skipped (a
+    /// replay after a crash); the first record not skipped must start exactly at the apply
+    /// position and each next one where the previous ended, else [`Error::Gap`].
+    pub fn apply(
+        &self,
+        tablet: &TabletId,
+        records: &[(WalPos, Record)],
+        end_pos: WalPos,
+        durability: Durability,
+    ) -> Result<ApplyOutcome> {
+        let _g = self.lock();
+        let mut meta = self.tablet(tablet)?.unwrap_or_default();
+        let start = meta.applied_pos;
+        // A tablet that never applied anything may start wherever its received log starts.
+        let fresh = start == WalPos::ZERO;
+        let mut expected = (!fresh).then_some(start);
+        let mut out = ApplyOutcome::default();
+        let mut batch = self.db.batch();
+        let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
+        let mut key_buf = Vec::new();
+
+        for (pos, rec) in records {
+            let body_len = rec
+                .encoded_body_len()
+                .map_err(|e| Error::Invalid(format!("tablet {tablet}: record at {pos}: {e}")))?;
+            let end = pos.add((RECORD_HEADER_LEN + body_len) as u64);
+            if !fresh && *pos < start {
+                if end > start {
+                    return Err(Error::Gap {
+                        tablet: tablet.clone(),
+                        expected: start,
+                        got: *pos,
+                    });
+                }
+                out.skipped += 1;
+                continue;
+            }
+            if let Some(e) = expected {
+                if *pos != e {
+                    return Err(Error::Gap {
+                        tablet: tablet.clone(),
+                        expected: e,
+                        got: *pos,
+                    });
+                }
+            }
+            if meta.safe_time != HybridTime::MIN && rec.ht <= meta.safe_time {
+                return Err(Error::Invalid(format!(
+                    "tablet {tablet}: record at {pos} has ht {} not above the tablet's safe time {}",
+                    rec.ht, meta.safe_time
+                )));
+            }
+            expected = Some(end);
+            out.records += 1;
+            out.bytes += end.since(*pos);
+            meta.safe_time = rec.ht;
+            match &rec.body {
+                Body::Write { ops, .. } => {
+                    out.writes += 1;
+                    // Several ops on one key in one record: the last one wins (one version
+                    // per key and ht).
+                    let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
+                    for op in ops {
+                        last.insert(&op.key, &op.value);
+                    }
+                    for (k, v) in last {
+                        key_buf.clear();
+                        keys::encode_into(&mut key_buf, k, rec.ht);
+                        batch.insert(&self.mvcc, key_buf.clone(), encode_value(v.as_deref()));
+                        out.ops += 1;
+                    }
+                }
+                Body::Intent { txn, trx_id, .. } => {
+                    out.intents += 1;
+                    let st = self.txn_entry(&mut txns, txn)?;
+                    let list = st.intents.entry(tablet.clone()).or_default();
+                    let r = IntentRef {
+                        pos: *pos,
+                        ht: rec.ht,
+                    };
+                    if let Err(i) = list.binary_search(&r) {
+                        list.insert(i, r);
+                    }
+                    if trx_id.is_some() {
+                        st.trx_id = *trx_id;
+                    }
+                }
+                Body::Commit {
+                    txn,
+                    participants,
+                    trx_id,
+                    gtid,
+                } => {
+                    out.commits += 1;
+                    let st = self.txn_entry(&mut txns, txn)?;
+                    if let Some(c) = &st.commit {
+                        if c.commit_ht != rec.ht {
+                            return Err(Error::Invalid(format!(
+                                "tablet {tablet}: commit of txn {txn} at {pos} with ht {} contradicts an earlier commit at ht {} (tablet {}, position {})",
+                                rec.ht, c.commit_ht, c.tablet, c.pos
+                            )));
+                        }
+                    }
+                    if st.aborted {
+                        tracing::warn!(%tablet, %txn, %pos, "commit received for an aborted transaction");
+                    }
+                    st.commit = Some(CommitInfo {
+                        commit_ht: rec.ht,
+                        tablet: tablet.clone(),
+                        pos: *pos,
+                        participants: participants.clone(),
+                    });
+                    if trx_id.is_some() {
+                        st.trx_id = *trx_id;
+                    }
+                    if gtid.is_some() {
+                        st.gtid = *gtid;
+                    }
+                }
+                Body::Abort { txn, trx_id } => {
+                    out.aborts += 1;
+                    let st = self.txn_entry(&mut txns, txn)?;
+                    if st.commit.is_some() {
+                        tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
+                    }
+                    st.aborted = true;
+                    if trx_id.is_some() {
+                        st.trx_id = *trx_id;
+                    }
+                }
+                Body::Heartbeat => out.heartbeats += 1,
+            }
+        }
+
+        match expected {
+            // Something applied: end_pos must be where the last record ended.
+            Some(e) if out.records > 0 => {
+                if end_pos != e {
+                    return Err(Error::Invalid(format!(
+                        "tablet {tablet}: end position {end_pos} is not the end {e} of the last record"
+                    )));
+                }
+            }
+            _ => {
+                if end_pos > start {
+                    return Err(Error::Gap {
+                        tablet: tablet.clone(),
+                        expected: start,
+                        got: end_pos,
+                    });
+                }
+                // Nothing new: a pure replay.
+                out.applied_pos = start;
+                out.safe_time = meta.safe_time;
+                return Ok(out);
+            }
+        }
+
+        for (txn, st) in &txns {
+            batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
+        }
+        meta.applied_pos = end_pos;
+        meta.applied_records += out.records;
+        batch.insert(
+            &self.meta,
+            Self::tablet_key(tablet),
+            encode_tablet_meta(&meta)?,
+        );
+        self.commit(batch, durability)?;
+        out.applied_pos = meta.applied_pos;
+        out.safe_time = meta.safe_time;
+        Ok(out)
+    }
+
+    fn txn_entry<'a>(
+        &self,
+        cache: &'a mut HashMap<TxnId, TxnState>,
+        txn: &TxnId,
+    ) -> Result<&'a mut TxnState> {
+        if !cache.contains_key(txn) {
+            let st = self.txn(txn)?.unwrap_or_default();
+            cache.insert(*txn, st);
+        }
+        cache
+            .get_mut(txn)
+            .ok_or_else(|| Error::Invalid(format!("txn {txn} vanished from the apply cache")))
+    }
+
+    // ---- reads ---------------------------------------------------------------------------
+
+    /// The newest version of `key` with ht ≤ `at` (newest of all for `None`), by one seek.
+    pub fn get(&self, key: &[u8], at: Option<HybridTime>) -> Result<Option<Version>> {
+        let (lo, hi) = keys::visible_range(key, at.unwrap_or(HybridTime::MAX));
+        let Some(g) = self.mvcc.range(lo..hi).next() else {
+            return Ok(None);
+        };
+        let (k, v) = g.into_inner().map_err(Error::store("read mvcc"))?;
+        let (_, ht) = keys::split(&k)?;
+        let value = decode_value(&v).map_err(|r| {
+            Error::corrupt(MVCC, format!("key {} at ht {ht}", key.escape_ascii()), r)
+        })?;
+        Ok(Some(Version { value, ht }))
+    }
+
+    /// Per user key starting with `prefix`, ascending, the version visible at `at` (newest for
+    /// `None`), skipping keys whose visible version is a delete; at most `limit` entries and
+    /// whether more visible keys follow. Reads one consistent snapshot.
+    #[allow(clippy::type_complexity)]
+    pub fn scan(
+        &self,
+        prefix: &[u8],
+        at: Option<HybridTime>,
+        limit: usize,
+    ) -> Result<(Vec<(Vec<u8>, Vec<u8>, HybridTime)>, bool)> {
+        let at = at.unwrap_or(HybridTime::MAX);
+        let snap = self.db.snapshot();
+        let (start, end) = keys::prefix_range(prefix);
+        let mut iter = snap.range(&self.mvcc, (start, end.clone()));
+        let mut out = Vec::new();
+        // Encoded user key (`escape ‖ 00 01`) whose visible version was already taken.
+        let mut done: Option<Vec<u8>> = None;
+        // Invisible versions stepped over in a row for one key.
+        let mut stepped = 0usize;
+        while let Some(g) = iter.next() {
+            let (k, v) = g.into_inner().map_err(Error::store("scan mvcc"))?;
+            let (user, ht) = keys::split(&k)?;
+            let finished = done.as_deref() == Some(user);
+            if finished || ht > at {
+                stepped += 1;
+                if stepped >= RESEEK_AFTER {
+                    stepped = 0;
+                    let mut from = user.to_vec();
+                    if finished {
+                        // Past every version of this key: escape ‖ 00 02.
+                        if let Some(last) = from.last_mut() {
+                            *last += 1;
+                        }
+                    } else {
+                        from.extend_from_slice(&(!at.0).to_be_bytes());
+                    }
+                    iter = snap.range(&self.mvcc, (std::ops::Bound::Included(from), end.clone()));
+                }
+                continue;
+            }
+            stepped = 0;
+            done = Some(user.to_vec());
+            let value = decode_value(&v).map_err(|r| {
+                Error::corrupt(MVCC, format!("key {} at ht {ht}", k.escape_ascii()), r)
+            })?;
+            let Some(value) = value else { continue };
+            if out.len() >= limit {
+                return Ok((out, true));
+            }
+            let (key, _) = keys::decode(&k)?;
+            out.push((key, value, ht));
+        }
+        Ok((out, false))
+    }
+}
+
+// ---- value encodings (little-endian; see applier/STORE.md) ---------------------------------
+
+fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
+    match v {
+        None => vec![VALUE_TOMBSTONE],
+        Some(v) => {
+            let mut out = Vec::with_capacity(1 + v.len());
+            out.push(VALUE_PUT);
+            out.extend_from_slice(v);
+            out
+        }
+    }
+}
+
+fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    match v.split_first() {
+        Some((&VALUE_TOMBSTONE, [])) => Ok(None),
+        Some((&VALUE_TOMBSTONE, rest)) => {
+            Err(format!("tombstone with {} trailing bytes", rest.len()))
+        }
+        Some((&VALUE_PUT, rest)) => Ok(Some(rest.to_vec())),
+        Some((tag, _)) => Err(format!("unknown value tag {tag}")),
+        None => Err("empty value".into()),
+    }
+}
+
+/// Bounded little-endian reader over a stored value; every failure says what and where.
+struct Cur<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        let s = self
+            .buf
+            .get(self.at..self.at.saturating_add(n))
+            .ok_or_else(|| {
+                format!(
+                    "truncated at byte {} reading {what} ({n} bytes, {} left)",
+                    self.at,
+                    self.buf.len().saturating_sub(self.at)
+                )
+            })?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, String> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4, what)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8, what)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn tablet(&mut self, what: &str) -> Result<TabletId, String> {
+        let n = self.u8(what)? as usize;
+        let at = self.at;
+        let b = self.take(n, what)?;
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("invalid tablet id in {what} at byte {at}"))
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.at == self.buf.len() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} trailing bytes at byte {}",
+                self.buf.len() - self.at,
+                self.at
+            ))
+        }
+    }
+}
+
+fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
+    // Tablet ids are at most 64 bytes (checked by `TabletId`).
+    out.push(t.as_str().len() as u8);
+    out.extend_from_slice(t.as_str().as_bytes());
+}
+
+const TM_REGISTERED: u8 = 1;
+const TM_OWNER: u8 = 2;
+
+fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(20);
+    out.push(FORMAT_VERSION);
+    let mut flags = 0;
+    if m.registered {
+        flags |= TM_REGISTERED;
+    }
+    if m.owner.is_some() {
+        flags |= TM_OWNER;
+    }
+    out.push(flags);
+    out.extend_from_slice(&m.applied_pos.0.to_le_bytes());
+    out.extend_from_slice(&m.safe_time.0.to_le_bytes());
+    out.extend_from_slice(&m.applied_records.to_le_bytes());
+    if let Some(o) = &m.owner {
+        let n = u8::try_from(o.len())
+            .map_err(|_| Error::Invalid(format!("owner {o:?} is longer than 255 bytes")))?;
+        out.push(n);
+        out.extend_from_slice(o.as_bytes());
+    }
+    Ok(out)
+}
+
+fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
+    let mut c = Cur { buf: v, at: 0 };
+    let ver = c.u8("version")?;
+    if ver != FORMAT_VERSION {
+        return Err(format!("unknown format version {ver}"));
+    }
+    let flags = c.u8("flags")?;
+    if flags & !(TM_REGISTERED | TM_OWNER) != 0 {
+        return Err(format!("unknown flags {flags:#04x}"));
+    }
+    let applied_pos = WalPos(c.u64("applied_pos")?);
+    let safe_time = HybridTime(c.u64("safe_time")?);
+    let applied_records = c.u64("applied_records")?;
+    let owner = if flags & TM_OWNER != 0 {
+        let n = c.u8("owner length")? as usize;
+        let b = c.take(n, "owner")?;
+        Some(String::from_utf8(b.to_vec()).map_err(|_| "owner is not UTF-8".to_string())?)
+    } else {
+        None
+    };
+    c.end()?;
+    Ok(TabletMeta {
+        applied_pos,
+        safe_time,
+        registered: flags & TM_REGISTERED != 0,
+        owner,
+        applied_records,
+    })
+}
+
+const TX_COMMIT: u8 = 1;
+const TX_ABORTED: u8 = 2;
+const TX_TRX_ID: u8 = 4;
+const TX_GTID: u8 = 8;
+
+fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT_VERSION);
+    let mut flags = 0;
+    if st.commit.is_some() {
+        flags |= TX_COMMIT;
+    }
+    if st.aborted {
+        flags |= TX_ABORTED;
+    }
+    if st.trx_id.is_some() {
+        flags |= TX_TRX_ID;
+    }
+    if st.gtid.is_some() {
+        flags |= TX_GTID;
+    }
+    out.push(flags);
+    if let Some(t) = st.trx_id {
+        out.extend_from_slice(&t.connect_id.to_le_bytes());
+        out.extend_from_slice(&t.commit_counter.to_le_bytes());
+    }
+    if let Some(g) = st.gtid {
+        out.extend_from_slice(&g.domain.to_le_bytes());
+        out.extend_from_slice(&g.server.to_le_bytes());
+        out.extend_from_slice(&g.seq.to_le_bytes());
+    }
+    if let Some(c) = &st.commit {
+        out.extend_from_slice(&c.commit_ht.0.to_le_bytes());
+        out.extend_from_slice(&c.pos.0.to_le_bytes());
+        put_tablet(&mut out, &c.tablet);
+        let n = u16::try_from(c.participants.len())
+            .map_err(|_| Error::Invalid(format!("{} participants", c.participants.len())))?;
+        out.extend_from_slice(&n.to_le_bytes());
+        for p in &c.participants {
+            put_tablet(&mut out, p);
+        }
+    }
+    let n = u16::try_from(st.intents.len())
+        .map_err(|_| Error::Invalid(format!("{} intent tablets", st.intents.len())))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    for (t, list) in &st.intents {
+        put_tablet(&mut out, t);
+        let n = u32::try_from(list.len())
+            .map_err(|_| Error::Invalid(format!("{} intents on tablet {t}", list.len())))?;
+        out.extend_from_slice(&n.to_le_bytes());
+        for r in list {
+            out.extend_from_slice(&r.pos.0.to_le_bytes());
+            out.extend_from_slice(&r.ht.0.to_le_bytes());
+        }
+    }
+    Ok(out)
+}
+
+fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
+    let mut c = Cur { buf: v, at: 0 };
+    let ver = c.u8("version")?;
+    if ver != FORMAT_VERSION {
+        return Err(format!("unknown format version {ver}"));
+    }
+    let flags = c.u8("flags")?;
+    if flags & !(TX_COMMIT | TX_ABORTED | TX_TRX_ID | TX_GTID) != 0 {
+        return Err(format!("unknown flags {flags:#04x}"));
+    }
+    let mut st = TxnState {
+        aborted: flags & TX_ABORTED != 0,
+        ..TxnState::default()
+    };
+    if flags & TX_TRX_ID != 0 {
+        st.trx_id = Some(TrxId::new(c.u64("trx_id")?, c.u64("trx_id")?));
+    }
+    if flags & TX_GTID != 0 {
+        st.gtid = Some(Gtid::new(c.u32("gtid")?, c.u32("gtid")?, c.u64("gtid")?));
+    }
+    if flags & TX_COMMIT != 0 {
+        let commit_ht = HybridTime(c.u64("commit_ht")?);
+        let pos = WalPos(c.u64("commit position")?);
+        let tablet = c.tablet("commit tablet")?;
+        let n = c.u16("participant count")?;
+        let participants = (0..n)
+            .map(|_| c.tablet("participant"))
+            .collect::<Result<Vec<_>, _>>()?;
+        st.commit = Some(CommitInfo {
+            commit_ht,
+            tablet,
+            pos,
+            participants,
+        });
+    }
+    let n = c.u16("intent tablet count")?;
+    for _ in 0..n {
+        let t = c.tablet("intent tablet")?;
+        let k = c.u32("intent count")?;
+        let mut list = Vec::with_capacity((k as usize).min(v.len() / 16));
+        for _ in 0..k {
+            list.push(IntentRef {
+                pos: WalPos(c.u64("intent position")?),
+                ht: HybridTime(c.u64("intent ht")?),
+            });
+        }
+        if st.intents.insert(t.clone(), list).is_some() {
+            return Err(format!("tablet {t} listed twice"));
+        }
+    }
+    c.end()?;
+    Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tidelog_wal::Op;
+
+    fn t(s: &str) -> TabletId {
+        s.parse().unwrap()
+    }
+
+    /// Positions records as a log starting at `from` would.
+    fn place(from: u64, recs: Vec<Record>) -> (Vec<(WalPos, Record)>, WalPos) {
+        let mut pos = WalPos(from);
+        let mut out = Vec::new();
+        for r in recs {
+            let len = (RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64;
+            out.push((pos, r));
+            pos = pos.add(len);
+        }
+        (out, pos)
+    }
+
+    fn write(ht: u64, ops: Vec<Op>) -> Record {
+        Record::new(
+            HybridTime(ht),
+            Body::Write {
+                ops,
+                trx_id: None,
+                gtid: None,
+            },
+        )
+    }
+
+    #[test]
+    fn apply_get_scan_and_replay() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let a = t("a");
+        let (recs, end) = place(
+            0,
+            vec![
+                write(
+                    10,
+                    vec![
+                        Op::put("k1", "v1"),
+                        Op::put("k2", "x"),
+                        Op::put("k1", "v1b"),
+                    ],
+                ),
+                write(20, vec![Op::delete("k2"), Op::put("k3", "z")]),
+                Record::new(HybridTime(30), Body::Heartbeat),
+            ],
+        );
+        let o = s
+            .apply(&a, &recs[..2], recs[2].0, Durability::Sync)
+            .unwrap();
+        assert_eq!((o.records, o.writes, o.ops), (2, 2, 4));
+        let o = s.apply(&a, &recs, end, Durability::Buffered).unwrap();
+        assert_eq!((o.records, o.skipped, o.heartbeats), (1, 2, 1));
+        assert_eq!((o.applied_pos, o.safe_time), (end, HybridTime(30)));
+        // Full replay: nothing.
+        let o = s.apply(&a, &recs, end, Durability::Buffered).unwrap();
+        assert_eq!((o.records, o.skipped), (0, 3));
+
+        let v = s.get(b"k1", None).unwrap().unwrap();
+        assert_eq!(
+            (v.value.as_deref(), v.ht),
+            (Some(&b"v1b"[..]), HybridTime(10))
+        );
+        assert_eq!(s.get(b"k1", Some(HybridTime(9))).unwrap(), None);
+        assert_eq!(s.get(b"k2", None).unwrap().unwrap().value, None);
+        assert_eq!(
+            s.get(b"k2", Some(HybridTime(19))).unwrap().unwrap().value,
+            Some(b"x".to_vec())
+        );
+        let (rows, more) = s.scan(b"k", None, 10).unwrap();
+        let keys: Vec<_> = rows.iter().map(|r| r.0.clone()).collect();
+        assert_eq!(keys, vec![b"k1".to_vec(), b"k3".to_vec()]);
+        assert!(!more);
+        let (rows, more) = s.scan(b"k", Some(HybridTime(15)), 1).unwrap();
+        assert_eq!(
+            rows,
+            vec![(b"k1".to_vec(), b"v1b".to_vec(), HybridTime(10))]
+        );
+        assert!(more);
+        let m = s.tablets().unwrap();
+        assert_eq!(m[&a].applied_pos, end);
+        assert_eq!(m[&a].safe_time, HybridTime(30));
+        assert_eq!(m[&a].applied_records, 3);
+        assert!(!m[&a].registered);
+        s.register_tablet(&a).unwrap();
+        s.set_tablet_owner(&a, Some("host1")).unwrap();
+        let m = s.tablet(&a).unwrap().unwrap();
+        assert!(m.registered);
+        assert_eq!(m.owner.as_deref(), Some("host1"));
+        assert_eq!(m.applied_pos, end);
+    }
+
+    #[test]
+    fn gaps_and_overlaps_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let a = t("a");
+        let (recs, end) = place(
+            0,
+            (1..=4)
+                .map(|i| write(i, vec![Op::put("k", [i as u8])]))
+                .collect(),
+        );
+        s.apply(&a, &recs[..1], recs[1].0, Durability::Buffered)
+            .unwrap();
+        // Skipping record 1.
+        let e = s
+            .apply(&a, &recs[2..], end, Durability::Buffered)
+            .unwrap_err();
+        assert!(
+            matches!(e, Error::Gap { expected, got, .. } if expected == recs[1].0 && got == recs[2].0),
+            "{e}"
+        );
+        // Wrong end position.
+        let e = s
+            .apply(&a, &recs[1..], end.add(1), Durability::Buffered)
+            .unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        // Nothing was written by the failed calls.
+        assert_eq!(s.tablet(&a).unwrap().unwrap().applied_pos, recs[1].0);
+        assert_eq!(s.get(b"k", None).unwrap().unwrap().ht, HybridTime(1));
+    }
+
+    #[test]
+    fn txn_state_roundtrip_through_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let (a, st) = (t("a"), t("status"));
+        let x = TxnId::from_u128(0x2a);
+        let y = TxnId::from_u128(0x2b);
+        let (ra, enda) = place(
+            0,
+            vec![
+                Record::new(
+                    HybridTime(5),
+                    Body::Intent {
+                        txn: x,
+                        trx_id: Some(TrxId::new(7, 1)),
+                        ops: vec![Op::put("p", "q")],
+                    },
+                ),
+                Record::new(
+                    HybridTime(6),
+                    Body::Intent {
+                        txn: y,
+                        trx_id: None,
+                        ops: vec![],
+                    },
+                ),
+            ],
+        );
+        s.apply(&a, &ra, enda, Durability::Sync).unwrap();
+        let (rs, ends) = place(
+            0,
+            vec![
+                Record::new(
+                    HybridTime(8),
+                    Body::Commit {
+                        txn: x,
+                        participants: vec![a.clone()],
+                        trx_id: Some(TrxId::new(7, 1)),
+                        gtid: Some(Gtid::new(0, 1, 99)),
+                    },
+                ),
+                Record::new(
+                    HybridTime(9),
+                    Body::Abort {
+                        txn: y,
+                        trx_id: None,
+                    },
+                ),
+            ],
+        );
+        let o = s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        assert_eq!((o.commits, o.aborts), (1, 1));
+        let sx = s.txn(&x).unwrap().unwrap();
+        assert_eq!(
+            sx.intents[&a],
+            vec![IntentRef {
+                pos: WalPos(0),
+                ht: HybridTime(5)
+            }]
+        );
+        let c = sx.commit.unwrap();
+        assert_eq!(
+            (c.commit_ht, c.tablet, c.participants),
+            (HybridTime(8), st.clone(), vec![a.clone()])
+        );
+        assert_eq!(sx.gtid, Some(Gtid::new(0, 1, 99)));
+        assert_eq!(sx.trx_id, Some(TrxId::new(7, 1)));
+        assert!(!sx.aborted);
+        let sy = s.txn(&y).unwrap().unwrap();
+        assert!(sy.aborted && sy.commit.is_none());
+        assert_eq!(sy.intents[&a][0].pos, ra[1].0);
+        assert_eq!(s.txn(&TxnId::from_u128(1)).unwrap(), None);
+        // Intents are not copied into mvcc.
+        assert_eq!(s.get(b"p", None).unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_values_are_named_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let x = TxnId::from_u128(0x2a);
+        s.txns.insert(x.0, vec![1u8, 0, 3]).unwrap();
+        let e = s.txn(&x).unwrap_err().to_string();
+        assert!(
+            e.contains("txn 0000000000000000000000000000002a in keyspace txns"),
+            "{e}"
+        );
+        s.meta.insert(b"tablet/a", vec![1u8]).unwrap();
+        let e = s.tablets().unwrap_err().to_string();
+        assert!(e.contains("tablet a in keyspace meta"), "{e}");
+        s.mvcc
+            .insert(keys::encode(b"k", HybridTime(1)), vec![7u8])
+            .unwrap();
+        let e = s.get(b"k", None).unwrap_err().to_string();
+        assert!(e.contains("unknown value tag 7"), "{e}");
+        s.mvcc.insert(vec![b'z', 0, 9], vec![1u8]).unwrap();
+        assert!(matches!(s.scan(b"z", None, 10), Err(Error::Key(_))));
+        assert!(matches!(s.scan(b"k", None, 10), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn txn_and_meta_encodings_roundtrip() {
+        let mut st = TxnState {
+            aborted: true,
+            trx_id: Some(TrxId::new(1, u64::MAX)),
+            gtid: Some(Gtid::new(u32::MAX, 2, 3)),
+            commit: Some(CommitInfo {
+                commit_ht: HybridTime(77),
+                tablet: t("s"),
+                pos: WalPos(123),
+                participants: vec![t("a"), t("b")],
+            }),
+            ..TxnState::default()
+        };
+        st.intents.insert(
+            t("a"),
+            vec![IntentRef {
+                pos: WalPos(1),
+                ht: HybridTime(2),
+            }],
+        );
+        let enc = encode_txn(&st).unwrap();
+        assert_eq!(decode_txn(&enc).unwrap(), st);
+        for cut in 0..enc.len() {
+            assert!(decode_txn(&enc[..cut]).is_err());
+        }
+        let m = TabletMeta {
+            applied_pos: WalPos(9),
+            safe_time: HybridTime(10),
+            registered: true,
+            owner: Some("o".into()),
+            applied_records: 42,
+        };
+        let enc = encode_tablet_meta(&m).unwrap();
+        assert_eq!(decode_tablet_meta(&enc).unwrap(), m);
+        for cut in 0..enc.len() {
+            assert!(decode_tablet_meta(&enc[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn global_safe_time_is_monotone_and_role_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            assert_eq!(s.global_safe_time().unwrap(), None);
+            assert_eq!(
+                s.raise_global_safe_time(HybridTime(10), Durability::Sync)
+                    .unwrap(),
+                HybridTime(10)
+            );
+            assert_eq!(
+                s.raise_global_safe_time(HybridTime(5), Durability::Sync)
+                    .unwrap(),
+                HybridTime(10)
+            );
+            assert_eq!(s.role().unwrap(), Role::Standby);
+            s.set_role(Role::Primary).unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(s.global_safe_time().unwrap(), Some(HybridTime(10)));
+        assert_eq!(s.role().unwrap(), Role::Primary);
+    }
+}
