@@ -14,6 +14,8 @@ use tracing_subscriber::EnvFilter;
 
 mod wal_cmd;
 
+use tidelog as _;
+
 /// tidelog: log shipping for disaster recovery of sharded transactional databases.
 #[derive(Debug, Parser)]
 #[command(name = "tidelog", version, about, propagate_version = true)]
