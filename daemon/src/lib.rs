@@ -5,4 +5,8 @@
 //! It holds no shipping or applying logic: that is in `tidelog-shipper` and
 //! `tidelog-applier`; the WAL format is in `tidelog-wal`.
 
+pub mod admin;
+pub mod certs;
 pub mod config;
+pub mod ctl;
+pub mod notify;
