@@ -24,11 +24,14 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use serde::de::DeserializeOwned;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
@@ -188,6 +191,46 @@ impl From<anyhow::Error> for ApiError {
 /// [`serve`] installs it; call it from a custom fallback if you replace that.
 pub async fn not_found(method: axum::http::Method, uri: Uri) -> ApiError {
     ApiError::not_found(format!("no route {method} {}", uri.path()))
+}
+
+/// `axum::extract::Query` whose rejection is the API's JSON 400 (`bad_request`, naming the
+/// field) instead of axum's plain-text one. Hybrid-time fields: `#[serde(with = "opt_ht",
+/// default)]`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// `axum::extract::Path` whose rejection is the API's JSON 400 `bad_request`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
 }
 
 /// A Prometheus text exposition answer (`GET /metrics`).

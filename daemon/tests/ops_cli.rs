@@ -124,6 +124,17 @@ fn status_body() -> Value {
     })
 }
 
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScanQuery {
+    prefix: String,
+    #[allow(dead_code)]
+    mode: Option<String>,
+    #[serde(with = "admin::opt_ht", default)]
+    at: Option<u64>,
+    limit: Option<u64>,
+}
+
 fn router() -> Router {
     Router::new()
         .route("/v1/status", get(|| async { Json(status_body()) }))
@@ -147,6 +158,19 @@ fn router() -> Router {
                         "read_ht": at.map_or("9".to_string(), |a| a.to_string()),
                         "mode": q.get("mode"),
                     })))
+                },
+            ),
+        )
+        .route(
+            "/v1/scan",
+            get(
+                |admin::ApiQuery(q): admin::ApiQuery<ScanQuery>| async move {
+                    Json(json!({
+                        "read_ht": q.at.unwrap_or(9).to_string(),
+                        "items": [{"key": q.prefix, "value": "v", "version_ht": "3"}],
+                        "more": false,
+                        "limit": q.limit,
+                    }))
                 },
             ),
         )
@@ -308,6 +332,13 @@ fn ctl_against_an_admin_server() {
         "clap rejects it: {}",
         text(&out.stderr)
     );
+
+    let out = srv.ctl(&["scan", "acct/1", "--limit", "5", "--at", "42"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.contains("read_ht  42"), "{s}");
+    assert!(s.contains("limit    5"), "{s}");
+    assert!(s.contains("acct/1  v      3"), "{s}");
 
     let out = srv.ctl(&["pause", "--tablet", "t 1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
