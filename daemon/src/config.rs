@@ -384,6 +384,22 @@ pub fn load_shipper(path: &Path) -> Result<ShipperConfig> {
     load(path)
 }
 
+/// [`load_applier`] then [`ApplierConfig::validate`]; every error names the file.
+pub fn check_applier(path: &Path) -> Result<ApplierConfig> {
+    let c = load_applier(path)?;
+    c.validate()
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    Ok(c)
+}
+
+/// [`load_shipper`] then [`ShipperConfig::validate`]; every error names the file.
+pub fn check_shipper(path: &Path) -> Result<ShipperConfig> {
+    let c = load_shipper(path)?;
+    c.validate()
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    Ok(c)
+}
+
 fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
@@ -392,7 +408,8 @@ fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
 
 /// Parses a config from TOML text. The error names the key at fault but not the file.
 pub fn parse_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    let table: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
     match T::deserialize(toml::Value::Table(table.clone())) {
         Ok(v) => Ok(v),
         Err(e) => Err(blame_key::<T>(&table, e.message())),
@@ -414,7 +431,8 @@ fn blame_key<T: DeserializeOwned>(table: &toml::Table, whole: &str) -> String {
         let Some(msg) = fails::<T>(&single) else {
             continue;
         };
-        if let toml::Value::Table(sub) = v {
+        let unknown_here = msg.starts_with(&format!("unknown field `{k}`"));
+        if let (toml::Value::Table(sub), false) = (v, unknown_here) {
             for (sk, sv) in sub {
                 let mut inner = toml::Table::new();
                 inner.insert(sk.clone(), sv.clone());
@@ -513,8 +531,17 @@ where
     T::Err: fmt::Display,
 {
     let s = String::deserialize(d)?;
-    s.parse()
-        .map_err(|e| D::Error::custom(format!("invalid value {s:?}: {e}")))
+    s.parse().map_err(|e| D::Error::custom(with_input(&s, &e)))
+}
+
+/// A parse error's text, prefixed with the input unless it already quotes it.
+fn with_input(input: &str, e: &dyn fmt::Display) -> String {
+    let text = e.to_string();
+    if text.contains(&format!("{input:?}")) {
+        text
+    } else {
+        format!("invalid value {input:?}: {text}")
+    }
 }
 
 fn de_tablets<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TabletId>, D::Error> {
@@ -522,7 +549,7 @@ fn de_tablets<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<Tablet
         .iter()
         .map(|s| {
             s.parse::<TabletId>()
-                .map_err(|e| D::Error::custom(format!("invalid tablet id {s:?}: {e}")))
+                .map_err(|e| D::Error::custom(with_input(s, &e)))
         })
         .collect()
 }
@@ -712,6 +739,10 @@ ship-unsynced = true
         assert!(e.contains("unknown key \"tls.foo\""), "{e}");
         let e = shipper("[quic]\nwindow = 1").unwrap_err();
         assert!(e.contains("unknown key \"quic.window\""), "{e}");
+        let e = applier("[foo]\na = 1").unwrap_err();
+        assert!(e.starts_with("unknown key \"foo\""), "{e}");
+        let e = applier("tls = 5").unwrap_err();
+        assert!(e.starts_with("key \"tls\""), "{e}");
         // A shipper key is not an applier key.
         let e = applier("wal-dir = \"/w\"").unwrap_err();
         assert!(e.contains("unknown key \"wal-dir\""), "{e}");
@@ -727,6 +758,12 @@ ship-unsynced = true
         let e = format!("{:#}", load_applier(&p).unwrap_err());
         assert!(
             e.contains("applier.toml: key \"max-staleness\": invalid duration \"15 parsecs\""),
+            "{e}"
+        );
+        std::fs::write(&p, "[tls]\nca = \"/nonexistent/ca.pem\"\n").unwrap();
+        let e = format!("{:#}", check_applier(&p).unwrap_err());
+        assert!(
+            e.contains("applier.toml: key \"tls.ca\": cannot read /nonexistent/ca.pem"),
             "{e}"
         );
         let e = format!(
