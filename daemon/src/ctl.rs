@@ -116,10 +116,24 @@ pub enum CtlCommand {
     Metrics,
 }
 
+/// A humantime duration (`5s`, `250ms`), passed to the daemon as written; a bare integer is
+/// passed through too (the daemon decides what it means).
 fn parse_wait(s: &str) -> std::result::Result<String, String> {
+    if s.parse::<u64>().is_ok() {
+        return Ok(s.to_string());
+    }
     humantime::parse_duration(s)
         .map(|_| s.to_string())
         .map_err(|e| format!("{e}"))
+}
+
+/// How long `--wait` may make the daemon wait, for the client's own deadline (a bare integer
+/// is taken as seconds, the most generous reading).
+fn wait_allowance(w: &str) -> Duration {
+    match w.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => humantime::parse_duration(w).unwrap_or_default(),
+    }
 }
 
 impl CtlCommand {
@@ -306,7 +320,7 @@ pub fn run(args: CtlArgs) -> Result<()> {
     let (method, path) = args.command.request();
     let mut timeout = args.timeout;
     if let CtlCommand::TrxStatus { wait: Some(w), .. } = &args.command {
-        timeout += humantime::parse_duration(w).unwrap_or_default();
+        timeout = timeout.saturating_add(wait_allowance(w));
     }
     let answer = rt.block_on(async {
         tokio::time::timeout(timeout, call(&args.socket, method.clone(), &path))
