@@ -1,15 +1,18 @@
 //! `tidelog`: the command-line entry point (DESIGN §8).
 //!
-//! Implemented so far: `tidelog wal dump|append|check`. The daemons (`apply`, `ship`), the
-//! admin client (`ctl`), `certs` and `demo` come later.
+//! Implemented so far: `tidelog wal dump|append|check`, `tidelog certs init` and the admin
+//! client `tidelog ctl`. The daemons (`apply`, `ship`) and `demo` come later; their building
+//! blocks (config, admin server, systemd notify) are in the `tidelog` library.
 //!
 //! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use tidelog::{certs, ctl};
 use tracing_subscriber::EnvFilter;
 
 mod wal_cmd;
@@ -32,6 +35,34 @@ struct Cli {
 enum Command {
     /// Inspect, verify and write tablet WALs (`dump`, `append`, `check`).
     Wal(wal_cmd::WalArgs),
+    /// Create the CA and the mTLS certificates of both daemons.
+    Certs(CertsArgs),
+    /// Talk to a running daemon through its admin socket.
+    Ctl(ctl::CtlArgs),
+}
+
+/// `tidelog certs …`
+#[derive(Debug, Args)]
+struct CertsArgs {
+    #[command(subcommand)]
+    command: CertsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum CertsCommand {
+    /// Write ca.pem ca.key applier.pem applier.key shipper.pem shipper.key into DIR (keys
+    /// mode 0600). The applier certificate names localhost, 127.0.0.1 and every --san.
+    Init {
+        /// Output directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        dir: PathBuf,
+        /// Another name for the applier certificate: an IP address or a DNS name. Repeatable.
+        #[arg(long = "san", value_name = "NAME")]
+        sans: Vec<String>,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 impl Command {
@@ -39,7 +70,7 @@ impl Command {
     fn default_log_filter(&self) -> &'static str {
         match self {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
-            Command::Wal(_) => "warn",
+            Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn",
         }
     }
 }
@@ -65,6 +96,17 @@ fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::Wal(args) => wal_cmd::run(args),
+        Command::Certs(CertsArgs {
+            command: CertsCommand::Init { dir, sans, force },
+        }) => {
+            let r = certs::init(&dir, &sans, force)?;
+            for f in &r.files {
+                println!("wrote {}", f.display());
+            }
+            println!("applier certificate names: {}", r.applier_sans.join(", "));
+            Ok(())
+        }
+        Command::Ctl(args) => ctl::run(args),
     }
 }
 

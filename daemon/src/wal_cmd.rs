@@ -70,7 +70,7 @@ struct AppendArgs {
     #[arg(long, value_enum, default_value_t = SyncArg::Batch)]
     sync: SyncArg,
     /// Size of new segment files: bytes, or with a unit (KiB, MiB, GiB; KB, MB, GB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = tidelog::config::parse_size)]
     segment_size: Option<u64>,
 }
 
@@ -102,40 +102,6 @@ impl From<SyncArg> for SyncPolicy {
             SyncArg::None => SyncPolicy::None,
         }
     }
-}
-
-/// Parses `4096`, `64MiB`, `1 GiB`, `512k`, `10MB`: binary units for `K`/`KiB`…, decimal for
-/// `KB`….
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!(
-            "invalid size {s:?}: expected a number of bytes, e.g. 64MiB"
-        ));
-    }
-    let n: u64 = num
-        .parse()
-        .map_err(|e| format!("invalid size {s:?}: {e}"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        other => {
-            return Err(format!(
-                "invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
-            ))
-        }
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid size {s:?}: too large"))
 }
 
 pub fn run(args: WalArgs) -> Result<()> {
@@ -572,7 +538,7 @@ fn check_sealed_tail(dir: &Path, t: &TabletId, first: WalPos, next: WalPos) -> R
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use tidelog::config::parse_size;
 
     #[test]
     fn sizes() {

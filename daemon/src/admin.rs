@@ -1,0 +1,475 @@
+//! The admin API server (DESIGN §8): HTTP/1.1 + JSON on a Unix socket, and the pieces every
+//! handler shares — the error body, the JSON 404, hybrid times as decimal strings and keys
+//! and values as UTF-8 strings or `{"b64": …}`.
+//!
+//! A daemon builds its `axum::Router` of `/v1/…` routes and hands it to [`serve`], which adds
+//! the JSON 404 fallback:
+//!
+//! ```no_run
+//! # async fn f(shutdown: tokio::sync::oneshot::Receiver<()>) -> anyhow::Result<()> {
+//! use axum::{routing::get, Json, Router};
+//! let router = Router::new().route("/v1/status", get(|| async { Json(serde_json::json!({})) }));
+//! tidelog::admin::serve(
+//!     "/run/tidelog/applier.sock".as_ref(),
+//!     router,
+//!     async move { let _ = shutdown.await; },
+//! )
+//! .await
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::de::DeserializeOwned;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+
+/// Mode of the admin socket: the daemon's user and group may connect.
+pub const SOCKET_MODE: u32 = 0o660;
+
+/// Serves `router` (plus the JSON 404 fallback) on the Unix socket `socket` until `shutdown`
+/// completes, then finishes the requests in flight and removes the socket file.
+///
+/// Before binding: creates the parent directory if missing; a leftover socket file from a
+/// previous run is removed, but only if it is a socket nobody is listening on — a live one
+/// (another daemon) or a file of another type is an error.
+pub async fn serve(
+    socket: &Path,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let listener = bind(socket).await?;
+    let ino = std::fs::symlink_metadata(socket)
+        .map(|m| m.ino())
+        .with_context(|| format!("admin socket {} vanished after bind", socket.display()))?;
+    tracing::info!(socket = %socket.display(), "admin API listening");
+    let app = router.fallback(not_found);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .with_context(|| format!("admin API on {}", socket.display()));
+    // Remove the socket only if it is still ours (not replaced by a newer daemon).
+    if std::fs::symlink_metadata(socket).is_ok_and(|m| m.ino() == ino) {
+        if let Err(e) = std::fs::remove_file(socket) {
+            tracing::warn!(socket = %socket.display(), error = %e, "cannot remove admin socket");
+        }
+    }
+    served
+}
+
+/// Binds the admin socket (see [`serve`]) with mode [`SOCKET_MODE`].
+pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
+    if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| {
+            format!(
+                "cannot create the admin socket's directory {}",
+                parent.display()
+            )
+        })?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => {
+            if tokio::net::UnixStream::connect(socket).await.is_ok() {
+                bail!(
+                    "admin socket {} is in use by a running process",
+                    socket.display()
+                );
+            }
+            std::fs::remove_file(socket).with_context(|| {
+                format!("cannot remove stale admin socket {}", socket.display())
+            })?;
+        }
+        Ok(_) => bail!(
+            "admin socket path {} exists and is not a socket; refusing to remove it",
+            socket.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot inspect {}", socket.display()));
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(socket)
+        .with_context(|| format!("cannot bind admin socket {}", socket.display()))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .with_context(|| format!("cannot chmod admin socket {}", socket.display()))?;
+    Ok(listener)
+}
+
+/// An error answer: `{"error": code, "message": text}` with an HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status: 400 bad request, 404 unknown route or object, 409 conflicting state,
+    /// 503 unavailable (e.g. `stale_safe_time`), 500 internal.
+    pub status: StatusCode,
+    /// A stable snake_case code, e.g. `bad_request`, `stale_safe_time`.
+    pub code: String,
+    /// Text for a human; names what is wrong (the key, the lagging tablet).
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    /// 409 with a code saying which state conflicts (e.g. `promoted`).
+    pub fn conflict(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::CONFLICT, code, message)
+    }
+    /// 503 with a code such as `stale_safe_time` or `safe_time_uninitialized`.
+    pub fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+    }
+    /// 500 `internal`; the message is the error chain.
+    pub fn internal(err: &anyhow::Error) -> Self {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("{err:#}"),
+        )
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The JSON error body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub message: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.code,
+                message: self.message,
+            }),
+        )
+            .into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> Self {
+        ApiError::internal(&e)
+    }
+}
+
+/// The fallback for unknown routes: 404 `{"error":"not_found","message":"no route GET /x"}`.
+/// [`serve`] installs it; call it from a custom fallback if you replace that.
+pub async fn not_found(method: axum::http::Method, uri: Uri) -> ApiError {
+    ApiError::not_found(format!("no route {method} {}", uri.path()))
+}
+
+/// `axum::extract::Query` whose rejection is the API's JSON 400 (`bad_request`, naming the
+/// field) instead of axum's plain-text one. Hybrid-time fields: `#[serde(with = "opt_ht",
+/// default)]`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// `axum::extract::Path` whose rejection is the API's JSON 400 `bad_request`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(ApiError::bad_request(e.body_text())),
+        }
+    }
+}
+
+/// A Prometheus text exposition answer (`GET /metrics`).
+pub fn prometheus(text: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Parses a query or path value the API takes as a hybrid time (decimal u64).
+pub fn parse_ht(field: &str, s: &str) -> Result<u64, ApiError> {
+    s.trim().parse::<u64>().map_err(|_| {
+        ApiError::bad_request(format!(
+            "{field}: {s:?} is not a hybrid time (a decimal u64)"
+        ))
+    })
+}
+
+/// Parses a query value the API takes as a duration (`"5s"`, `"250ms"`).
+pub fn parse_wait(field: &str, s: &str) -> Result<std::time::Duration, ApiError> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| ApiError::bad_request(format!("{field}: {s:?} is not a duration: {e}")))
+}
+
+/// `#[serde(with = "tidelog::admin::ht")]` for a `u64` hybrid time: written as a decimal
+/// string, read from a decimal string or a non-negative integer.
+pub mod ht {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_any(HtVisitor)
+    }
+
+    pub(super) struct HtVisitor;
+
+    impl Visitor<'_> for HtVisitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a hybrid time as a decimal string or a non-negative integer")
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::custom(format!("hybrid time {v} is negative")))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            Err(E::custom(format!(
+                "hybrid time {v} is not an integer; send it as a decimal string"
+            )))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<u64, E> {
+            v.trim()
+                .parse()
+                .map_err(|_| E::custom(format!("hybrid time {v:?} is not a decimal u64")))
+        }
+    }
+}
+
+/// `#[serde(with = "tidelog::admin::opt_ht", default)]` for an `Option<u64>` hybrid time;
+/// `None` is `null`.
+pub mod opt_ht {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Option<u64>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("null or a hybrid time")
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Option<u64>, E> {
+                Ok(None)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Option<u64>, E> {
+                Ok(None)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<u64>, D::Error> {
+                super::ht::deserialize(d).map(Some)
+            }
+        }
+        d.deserialize_option(V)
+    }
+}
+
+/// A key or value in the API's JSON form: a string when the bytes are UTF-8, else
+/// `{"b64": "<standard base64>"}`. Both forms are accepted on input.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct JsonBytes(pub Vec<u8>);
+
+impl From<Vec<u8>> for JsonBytes {
+    fn from(v: Vec<u8>) -> Self {
+        JsonBytes(v)
+    }
+}
+
+impl From<&[u8]> for JsonBytes {
+    fn from(v: &[u8]) -> Self {
+        JsonBytes(v.to_vec())
+    }
+}
+
+impl From<&str> for JsonBytes {
+    fn from(v: &str) -> Self {
+        JsonBytes(v.as_bytes().to_vec())
+    }
+}
+
+impl Serialize for JsonBytes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("b64", &BASE64.encode(&self.0))?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for JsonBytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = JsonBytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or {\"b64\": \"...\"}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<JsonBytes, E> {
+                Ok(JsonBytes(v.as_bytes().to_vec()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<JsonBytes, A::Error> {
+                let mut out = None;
+                while let Some(k) = map.next_key::<String>()? {
+                    if k != "b64" {
+                        return Err(de::Error::custom(format!(
+                            "unknown field `{k}` in bytes; expected only `b64`"
+                        )));
+                    }
+                    if out.is_some() {
+                        return Err(de::Error::custom("duplicate field `b64`"));
+                    }
+                    let text: String = map.next_value()?;
+                    out = Some(BASE64.decode(text.as_bytes()).map_err(|e| {
+                        de::Error::custom(format!("`b64` is not standard base64: {e}"))
+                    })?);
+                }
+                out.map(JsonBytes)
+                    .ok_or_else(|| de::Error::custom("missing field `b64`"))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct T {
+        #[serde(with = "ht")]
+        a: u64,
+        #[serde(with = "opt_ht", default)]
+        b: Option<u64>,
+        k: JsonBytes,
+        v: Option<JsonBytes>,
+    }
+
+    #[test]
+    fn hybrid_times_are_strings_and_bytes_utf8_or_b64() {
+        let t = T {
+            a: u64::MAX,
+            b: Some(7),
+            k: JsonBytes::from("k"),
+            v: Some(JsonBytes(vec![0, 0xff])),
+        };
+        let s = serde_json::to_string(&t).unwrap();
+        assert_eq!(
+            s,
+            r#"{"a":"18446744073709551615","b":"7","k":"k","v":{"b64":"AP8="}}"#
+        );
+        assert_eq!(serde_json::from_str::<T>(&s).unwrap(), t);
+        let t2: T = serde_json::from_str(r#"{"a":5,"k":{"b64":"aGk="},"v":null}"#).unwrap();
+        assert_eq!(t2.a, 5);
+        assert_eq!(t2.b, None);
+        assert_eq!(t2.k.0, b"hi");
+        assert_eq!(t2.v, None);
+        assert!(serde_json::from_str::<T>(r#"{"a":-1,"k":"x","v":null}"#).is_err());
+        assert!(serde_json::from_str::<T>(r#"{"a":"x1","k":"x","v":null}"#).is_err());
+        assert!(serde_json::from_str::<T>(r#"{"a":1,"k":{"b64":"!!"},"v":null}"#).is_err());
+        assert!(serde_json::from_str::<T>(r#"{"a":1,"k":{"hex":"00"},"v":null}"#).is_err());
+        assert!(serde_json::from_str::<T>(r#"{"a":1,"k":5,"v":null}"#).is_err());
+    }
+
+    #[test]
+    fn api_error_body() {
+        let e = ApiError::unavailable("stale_safe_time", "tablet t3 lags by 20m");
+        assert_eq!(e.to_string(), "stale_safe_time: tablet t3 lags by 20m");
+        let r = e.into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(parse_ht("at", "12x").is_err());
+        assert_eq!(parse_ht("at", "12").unwrap(), 12);
+        assert!(parse_wait("wait", "5 parsecs").is_err());
+    }
+
+    #[tokio::test]
+    async fn refuses_live_socket_and_non_socket_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/admin.sock");
+        let l = bind(&p).await.unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, SOCKET_MODE);
+        let e = format!("{:#}", bind(&p).await.unwrap_err());
+        assert!(e.contains("in use"), "{e}");
+        drop(l);
+        // Stale now: nobody listens.
+        let _l = bind(&p).await.unwrap();
+        let f = dir.path().join("plain");
+        std::fs::write(&f, "keep me").unwrap();
+        let e = format!("{:#}", bind(&f).await.unwrap_err());
+        assert!(e.contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"keep me");
+    }
+}

@@ -1,0 +1,828 @@
+//! Daemon configuration files (DESIGN §8): `applier.toml` and `shipper.toml`.
+//!
+//! TOML, kebab-case keys, every key optional with the default stated on its field (and in the
+//! example configs under `systemd/`, which a test parses). Durations are humantime strings
+//! (`"200ms"`, `"15m"`, `"1d"`); sizes are a byte count or a string with a unit
+//! ([`parse_size`]: `"64MiB"`, `"1GiB"`, `"16KiB"`, `"4096"`, decimal `"64MB"`).
+//!
+//! Parsing is strict: an unknown key or a bad value fails with a message naming the file and
+//! the key, e.g. `applier.toml: key "max-staleness": invalid duration "15 parsecs": …` or
+//! `shipper.toml: unknown key "tls.foo"`. [`load_applier`] / [`load_shipper`] only parse;
+//! [`ApplierConfig::validate`] / [`ShipperConfig::validate`] then check what parsing cannot
+//! (TLS files readable, the applier address resolves, limits consistent).
+
+use std::fmt;
+use std::fs::File;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use serde::Deserialize;
+use tidelog_wal::{SyncPolicy, TabletId};
+
+/// `applier.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ApplierConfig {
+    /// QUIC (UDP) address shippers connect to. Default `127.0.0.1:7400`.
+    #[serde(deserialize_with = "de_from_str")]
+    pub listen: SocketAddr,
+    /// The store, received logs and persisted state. Default `/var/lib/tidelog/applier`.
+    pub data_dir: PathBuf,
+    /// The admin API's Unix socket. Default `/run/tidelog/applier.sock`.
+    pub admin_socket: PathBuf,
+    /// Durability of the received logs: `always`, `batch` or `none`. Default `batch`.
+    #[serde(deserialize_with = "de_from_str")]
+    pub sync: SyncPolicy,
+    /// Consistent reads fail once safe time lags the wall clock by more. Default `15m`.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_staleness: Duration,
+    /// How long binlog entries (and so `trx_status` answers) are kept. Default `1d`.
+    #[serde(deserialize_with = "de_duration")]
+    pub binlog_retention: Duration,
+    /// Tablets that must all have reported before safe time is initialized. Default `[]`.
+    #[serde(deserialize_with = "de_tablets")]
+    pub expect_tablets: Vec<TabletId>,
+    /// Segment file size of the received logs. Default `64MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub segment_size: u64,
+    /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
+    /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
+    #[serde(deserialize_with = "de_tls_applier")]
+    pub tls: TlsConfig,
+    /// QUIC transport tuning.
+    pub quic: QuicConfig,
+}
+
+/// `shipper.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ShipperConfig {
+    /// The WAL directory, one sub-directory per tablet. Default `/var/lib/tidelog/wal`.
+    pub wal_dir: PathBuf,
+    /// The applier's QUIC address, `host:port` (resolved by [`ShipperConfig::applier_addr`]).
+    /// Default `127.0.0.1:7400`.
+    pub applier: String,
+    /// The name the applier's certificate must carry. Default `localhost`.
+    pub server_name: String,
+    /// The admin API's Unix socket. Default `/run/tidelog/shipper.sock`.
+    pub admin_socket: PathBuf,
+    /// File read engine: `auto`, `uring` or `std`. Default `auto`.
+    pub io_engine: IoEngine,
+    /// Runtime threads, each with its own QUIC connection; 0 = number of cores. Default 0.
+    pub lanes: usize,
+    /// This shipper's identity towards the applier. Default: the host name.
+    pub shipper_id: String,
+    /// Largest frame payload sent. Default `1MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub max_frame_bytes: u64,
+    /// Bytes in flight (shipped, not acked) per tablet. Default `16MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub window_bytes: u64,
+    /// Keep-alive frame (carrying the tablet safe time) interval for idle tablets.
+    /// Default `200ms`.
+    #[serde(deserialize_with = "de_duration")]
+    pub keepalive_interval: Duration,
+    /// Upper bound of an idle tailer's wait for new WAL data. Default `1ms`.
+    #[serde(deserialize_with = "de_duration")]
+    pub poll_interval: Duration,
+    /// First reconnect delay; doubles (with jitter) up to `reconnect-max`. Default `100ms`.
+    #[serde(deserialize_with = "de_duration")]
+    pub reconnect_min: Duration,
+    /// Longest reconnect delay. Default `5s`.
+    #[serde(deserialize_with = "de_duration")]
+    pub reconnect_max: Duration,
+    /// Ship up to `written_pos` instead of `durable_pos` (the target may then get ahead of
+    /// what the source would recover). Default `false`.
+    pub ship_unsynced: bool,
+    /// mTLS: the CA that signs the applier's certificate, and this client's certificate and
+    /// key. Default `/etc/tidelog/tls/{ca.pem,shipper.pem,shipper.key}`.
+    #[serde(deserialize_with = "de_tls_shipper")]
+    pub tls: TlsConfig,
+    /// QUIC transport tuning.
+    pub quic: QuicConfig,
+}
+
+/// `[tls]`: PEM files. Keys left out of the section take the daemon's default path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// CA certificate(s) the peer's certificate must chain to.
+    pub ca: PathBuf,
+    /// This daemon's certificate chain.
+    pub cert: PathBuf,
+    /// This daemon's private key.
+    pub key: PathBuf,
+}
+
+/// `[quic]`: transport tuning, the same keys for both daemons.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct QuicConfig {
+    /// Connection-level receive window. Default `64MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub receive_window: u64,
+    /// Per-stream receive window. Default `16MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub stream_receive_window: u64,
+    /// Largest UDP payload (initial and maximum). Default 1472 (Ethernet MTU less headers).
+    pub max_udp_payload: u16,
+    /// A connection without traffic for this long is closed. Default `30s`.
+    #[serde(deserialize_with = "de_duration")]
+    pub idle_timeout: Duration,
+}
+
+/// The shipper's file read engine (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IoEngine {
+    /// `uring` where io_uring works, else `std`.
+    #[default]
+    Auto,
+    /// tokio-uring reads; fails at start if io_uring is unavailable.
+    Uring,
+    /// Positional reads on blocking threads.
+    Std,
+}
+
+impl fmt::Display for IoEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            IoEngine::Auto => "auto",
+            IoEngine::Uring => "uring",
+            IoEngine::Std => "std",
+        })
+    }
+}
+
+const TLS_DIR: &str = "/etc/tidelog/tls";
+
+impl TlsConfig {
+    fn defaults_for(role: &str) -> TlsConfig {
+        let dir = Path::new(TLS_DIR);
+        TlsConfig {
+            ca: dir.join("ca.pem"),
+            cert: dir.join(format!("{role}.pem")),
+            key: dir.join(format!("{role}.key")),
+        }
+    }
+
+    /// The applier's default paths.
+    pub fn applier_default() -> TlsConfig {
+        TlsConfig::defaults_for("applier")
+    }
+
+    /// The shipper's default paths.
+    pub fn shipper_default() -> TlsConfig {
+        TlsConfig::defaults_for("shipper")
+    }
+
+    /// Each file exists and is readable; the error names the key (`tls.ca`, …).
+    pub fn validate(&self) -> Result<()> {
+        for (key, path) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {
+            File::open(path)
+                .with_context(|| format!("key \"tls.{key}\": cannot read {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Default for QuicConfig {
+    fn default() -> Self {
+        QuicConfig {
+            receive_window: 64 << 20,
+            stream_receive_window: 16 << 20,
+            max_udp_payload: 1472,
+            idle_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl QuicConfig {
+    /// Limits QUIC itself imposes.
+    pub fn validate(&self) -> Result<()> {
+        if !(1200..=65527).contains(&self.max_udp_payload) {
+            bail!(
+                "key \"quic.max-udp-payload\": {} is out of range 1200..=65527",
+                self.max_udp_payload
+            );
+        }
+        if self.stream_receive_window == 0 || self.receive_window == 0 {
+            bail!("key \"quic.receive-window\"/\"quic.stream-receive-window\": must be > 0");
+        }
+        if self.stream_receive_window > self.receive_window {
+            bail!(
+                "key \"quic.stream-receive-window\": {} exceeds quic.receive-window {}",
+                self.stream_receive_window,
+                self.receive_window
+            );
+        }
+        if self.idle_timeout.is_zero() {
+            bail!("key \"quic.idle-timeout\": must be > 0");
+        }
+        Ok(())
+    }
+}
+
+impl Default for ApplierConfig {
+    fn default() -> Self {
+        ApplierConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7400)),
+            data_dir: PathBuf::from("/var/lib/tidelog/applier"),
+            admin_socket: PathBuf::from("/run/tidelog/applier.sock"),
+            sync: SyncPolicy::Batch,
+            max_staleness: Duration::from_secs(15 * 60),
+            binlog_retention: Duration::from_secs(24 * 3600),
+            expect_tablets: Vec::new(),
+            segment_size: 64 << 20,
+            tls: TlsConfig::applier_default(),
+            quic: QuicConfig::default(),
+        }
+    }
+}
+
+impl ApplierConfig {
+    /// Checks what parsing cannot: TLS files readable, limits consistent. The error names
+    /// the key; callers add the file name.
+    pub fn validate(&self) -> Result<()> {
+        self.tls.validate()?;
+        self.quic.validate()?;
+        if self.segment_size < 64 << 10 {
+            bail!(
+                "key \"segment-size\": {} is below the minimum 64KiB",
+                self.segment_size
+            );
+        }
+        if self.max_staleness.is_zero() {
+            bail!("key \"max-staleness\": must be > 0");
+        }
+        Ok(())
+    }
+}
+
+impl Default for ShipperConfig {
+    fn default() -> Self {
+        ShipperConfig {
+            wal_dir: PathBuf::from("/var/lib/tidelog/wal"),
+            applier: "127.0.0.1:7400".to_string(),
+            server_name: "localhost".to_string(),
+            admin_socket: PathBuf::from("/run/tidelog/shipper.sock"),
+            io_engine: IoEngine::Auto,
+            lanes: 0,
+            shipper_id: default_shipper_id(),
+            max_frame_bytes: 1 << 20,
+            window_bytes: 16 << 20,
+            keepalive_interval: Duration::from_millis(200),
+            poll_interval: Duration::from_millis(1),
+            reconnect_min: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(5),
+            ship_unsynced: false,
+            tls: TlsConfig::shipper_default(),
+            quic: QuicConfig::default(),
+        }
+    }
+}
+
+impl ShipperConfig {
+    /// Resolves `applier` (`ip:port` or `host:port`) to its first address.
+    pub fn applier_addr(&self) -> Result<SocketAddr> {
+        if let Ok(a) = self.applier.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        self.applier
+            .to_socket_addrs()
+            .with_context(|| {
+                format!(
+                    "key \"applier\": {:?} is not a host:port address",
+                    self.applier
+                )
+            })?
+            .next()
+            .ok_or_else(|| anyhow!("key \"applier\": {:?} resolves to nothing", self.applier))
+    }
+
+    /// The number of lanes to run: `lanes`, or the number of cores when it is 0.
+    pub fn effective_lanes(&self) -> usize {
+        if self.lanes > 0 {
+            self.lanes
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
+    /// consistent. The error names the key; callers add the file name.
+    pub fn validate(&self) -> Result<()> {
+        self.tls.validate()?;
+        self.quic.validate()?;
+        self.applier_addr()?;
+        if self.server_name.is_empty() {
+            bail!("key \"server-name\": must not be empty");
+        }
+        if rustls_pki_types::ServerName::try_from(self.server_name.as_str()).is_err() {
+            bail!(
+                "key \"server-name\": {:?} is not a DNS name or IP address",
+                self.server_name
+            );
+        }
+        if self.shipper_id.is_empty() || self.shipper_id.len() > 255 {
+            bail!("key \"shipper-id\": must be 1..=255 bytes");
+        }
+        if self.max_frame_bytes == 0 {
+            bail!("key \"max-frame-bytes\": must be > 0");
+        }
+        if self.window_bytes < self.max_frame_bytes {
+            bail!(
+                "key \"window-bytes\": {} is below max-frame-bytes {}",
+                self.window_bytes,
+                self.max_frame_bytes
+            );
+        }
+        if self.reconnect_min.is_zero() {
+            bail!("key \"reconnect-min\": must be > 0");
+        }
+        if self.reconnect_max < self.reconnect_min {
+            bail!(
+                "key \"reconnect-max\": {} is below reconnect-min {}",
+                humantime::format_duration(self.reconnect_max),
+                humantime::format_duration(self.reconnect_min)
+            );
+        }
+        if self.keepalive_interval.is_zero() || self.poll_interval.is_zero() {
+            bail!("key \"keepalive-interval\"/\"poll-interval\": must be > 0");
+        }
+        Ok(())
+    }
+}
+
+/// The host name (`gethostname`), or `tidelog-shipper` if it cannot be read.
+pub fn default_shipper_id() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname NUL-terminates within it
+    // on success (we also leave the last byte 0 in case it truncates without one).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        if let Ok(s) = std::str::from_utf8(&buf[..end]) {
+            if !s.is_empty() {
+                return s.to_string();
+            }
+        }
+    }
+    "tidelog-shipper".to_string()
+}
+
+/// Reads and parses `applier.toml` (no [`ApplierConfig::validate`]).
+pub fn load_applier(path: &Path) -> Result<ApplierConfig> {
+    load(path)
+}
+
+/// Reads and parses `shipper.toml` (no [`ShipperConfig::validate`]).
+pub fn load_shipper(path: &Path) -> Result<ShipperConfig> {
+    load(path)
+}
+
+/// [`load_applier`] then [`ApplierConfig::validate`]; every error names the file.
+pub fn check_applier(path: &Path) -> Result<ApplierConfig> {
+    let c = load_applier(path)?;
+    c.validate()
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    Ok(c)
+}
+
+/// [`load_shipper`] then [`ShipperConfig::validate`]; every error names the file.
+pub fn check_shipper(path: &Path) -> Result<ShipperConfig> {
+    let c = load_shipper(path)?;
+    c.validate()
+        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    Ok(c)
+}
+
+fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    parse_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// Parses a config from TOML text. The error names the key at fault but not the file.
+pub fn parse_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    match T::deserialize(toml::Value::Table(table.clone())) {
+        Ok(v) => Ok(v),
+        Err(e) => Err(blame_key::<T>(&table, e.message())),
+    }
+}
+
+/// Finds the key that makes deserialization fail by trying each key on its own (every field
+/// has a default, so a table with one key deserializes unless that key is bad), recursing
+/// into sub-tables. Returns `key "a.b": <why>` or `unknown key "a.b"`.
+fn blame_key<T: DeserializeOwned>(table: &toml::Table, whole: &str) -> String {
+    fn fails<T: DeserializeOwned>(t: &toml::Table) -> Option<String> {
+        T::deserialize(toml::Value::Table(t.clone()))
+            .err()
+            .map(|e| e.message().to_string())
+    }
+    for (k, v) in table {
+        let mut single = toml::Table::new();
+        single.insert(k.clone(), v.clone());
+        let Some(msg) = fails::<T>(&single) else {
+            continue;
+        };
+        let unknown_here = msg.starts_with(&format!("unknown field `{k}`"));
+        if let (toml::Value::Table(sub), false) = (v, unknown_here) {
+            for (sk, sv) in sub {
+                let mut inner = toml::Table::new();
+                inner.insert(sk.clone(), sv.clone());
+                let mut outer = toml::Table::new();
+                outer.insert(k.clone(), toml::Value::Table(inner));
+                if let Some(m) = fails::<T>(&outer) {
+                    return describe(&format!("{k}.{sk}"), &m);
+                }
+            }
+        }
+        return describe(k, &msg);
+    }
+    whole.to_string()
+}
+
+fn describe(key: &str, msg: &str) -> String {
+    if let Some(rest) = msg.strip_prefix("unknown field") {
+        // serde: "unknown field `foo`, expected one of `a`, `b`"
+        let expected = rest.split_once(", expected").map(|(_, e)| e.trim());
+        match expected {
+            Some(e) => format!("unknown key {key:?} (expected {})", e.replace('`', "\"")),
+            None => format!("unknown key {key:?}"),
+        }
+    } else {
+        format!("key {key:?}: {msg}")
+    }
+}
+
+/// Parses a size: a byte count with an optional unit, binary (`KiB`, `MiB`, `GiB`, `TiB`,
+/// also `K`, `M`, `G`, `T`) or decimal (`KB`, `MB`, `GB`, `TB`), case-insensitive, e.g.
+/// `"64MiB"`, `"1 GiB"`, `"4096"`, `"16KiB"`, `"64MB"`.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!(
+            "invalid size {s:?}: expected a number of bytes with an optional unit, e.g. 64MiB"
+        ));
+    }
+    let n: u64 = num
+        .parse()
+        .map_err(|e| format!("invalid size {s:?}: {e}"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("invalid size {s:?}: too large"))
+}
+
+/// Parses a humantime duration (`"200ms"`, `"15m"`, `"1d"`, `"1h 30m"`).
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(s.trim()).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Int(i64),
+        Str(String),
+    }
+    match Size::deserialize(d)
+        .map_err(|_| D::Error::custom("expected a size: a byte count or a string like \"64MiB\""))?
+    {
+        Size::Int(n) => {
+            u64::try_from(n).map_err(|_| D::Error::custom(format!("size {n} is negative")))
+        }
+        Size::Str(s) => parse_size(&s).map_err(D::Error::custom),
+    }
+}
+
+fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
+    let s = String::deserialize(d)
+        .map_err(|_| D::Error::custom("expected a duration string like \"15m\" or \"200ms\""))?;
+    parse_duration(&s).map_err(D::Error::custom)
+}
+
+fn de_from_str<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr,
+    T::Err: fmt::Display,
+{
+    let s = String::deserialize(d)?;
+    s.parse().map_err(|e| D::Error::custom(with_input(&s, &e)))
+}
+
+/// A parse error's text, prefixed with the input unless it already quotes it.
+fn with_input(input: &str, e: &dyn fmt::Display) -> String {
+    let text = e.to_string();
+    if text.contains(&format!("{input:?}")) {
+        text
+    } else {
+        format!("invalid value {input:?}: {text}")
+    }
+}
+
+fn de_tablets<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TabletId>, D::Error> {
+    Vec::<String>::deserialize(d)?
+        .iter()
+        .map(|s| {
+            s.parse::<TabletId>()
+                .map_err(|e| D::Error::custom(with_input(s, &e)))
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+impl RawTls {
+    fn with_defaults(self, d: TlsConfig) -> TlsConfig {
+        TlsConfig {
+            ca: self.ca.unwrap_or(d.ca),
+            cert: self.cert.unwrap_or(d.cert),
+            key: self.key.unwrap_or(d.key),
+        }
+    }
+}
+
+fn de_tls_applier<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<TlsConfig, D::Error> {
+    Ok(RawTls::deserialize(d)?.with_defaults(TlsConfig::applier_default()))
+}
+
+fn de_tls_shipper<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<TlsConfig, D::Error> {
+    Ok(RawTls::deserialize(d)?.with_defaults(TlsConfig::shipper_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applier(text: &str) -> std::result::Result<ApplierConfig, String> {
+        parse_str(text)
+    }
+
+    fn shipper(text: &str) -> std::result::Result<ShipperConfig, String> {
+        parse_str(text)
+    }
+
+    #[test]
+    fn empty_files_give_the_defaults() {
+        assert_eq!(applier("").unwrap(), ApplierConfig::default());
+        let s = shipper("").unwrap();
+        assert_eq!(s, ShipperConfig::default());
+        assert!(!s.shipper_id.is_empty());
+        assert_eq!(s.tls.cert, PathBuf::from("/etc/tidelog/tls/shipper.pem"));
+        assert_eq!(
+            ApplierConfig::default().tls.key,
+            PathBuf::from("/etc/tidelog/tls/applier.key")
+        );
+    }
+
+    #[test]
+    fn full_applier_config() {
+        let c = applier(
+            r#"
+listen = "0.0.0.0:7500"
+data-dir = "/d"
+admin-socket = "/s.sock"
+sync = "always"
+max-staleness = "90s"
+binlog-retention = "7d"
+expect-tablets = ["t1", "t-2"]
+segment-size = "1GiB"
+[tls]
+ca = "/x/ca.pem"
+key = "/x/a.key"
+[quic]
+receive-window = 1048576
+stream-receive-window = "512KiB"
+max-udp-payload = 9000
+idle-timeout = "1m"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:7500".parse().unwrap());
+        assert_eq!(c.data_dir, PathBuf::from("/d"));
+        assert_eq!(c.sync, SyncPolicy::Always);
+        assert_eq!(c.max_staleness, Duration::from_secs(90));
+        assert_eq!(c.binlog_retention, Duration::from_secs(7 * 86400));
+        assert_eq!(c.expect_tablets.len(), 2);
+        assert_eq!(c.expect_tablets[1].as_str(), "t-2");
+        assert_eq!(c.segment_size, 1 << 30);
+        assert_eq!(c.tls.ca, PathBuf::from("/x/ca.pem"));
+        assert_eq!(c.tls.cert, PathBuf::from("/etc/tidelog/tls/applier.pem"));
+        assert_eq!(c.tls.key, PathBuf::from("/x/a.key"));
+        assert_eq!(c.quic.receive_window, 1 << 20);
+        assert_eq!(c.quic.stream_receive_window, 512 << 10);
+        assert_eq!(c.quic.max_udp_payload, 9000);
+        assert_eq!(c.quic.idle_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn full_shipper_config() {
+        let c = shipper(
+            r#"
+wal-dir = "/w"
+applier = "10.0.0.1:7400"
+server-name = "dr.example"
+io-engine = "std"
+lanes = 3
+shipper-id = "src-1"
+max-frame-bytes = "256KiB"
+window-bytes = "64MB"
+keepalive-interval = "1s"
+poll-interval = "500us"
+reconnect-min = "50ms"
+reconnect-max = "10s"
+ship-unsynced = true
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.io_engine, IoEngine::Std);
+        assert_eq!(c.lanes, 3);
+        assert_eq!(c.effective_lanes(), 3);
+        assert_eq!(c.shipper_id, "src-1");
+        assert_eq!(c.max_frame_bytes, 256 << 10);
+        assert_eq!(c.window_bytes, 64_000_000);
+        assert_eq!(c.poll_interval, Duration::from_micros(500));
+        assert!(c.ship_unsynced);
+        assert_eq!(c.applier_addr().unwrap(), "10.0.0.1:7400".parse().unwrap());
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "max-staleness = \"15 parsecs\"",
+                "max-staleness",
+                "invalid duration",
+            ),
+            ("max-staleness = 15", "max-staleness", "duration"),
+            ("sync = \"sometimes\"", "sync", "sometimes"),
+            ("listen = \"nowhere\"", "listen", "nowhere"),
+            (
+                "segment-size = \"64 furlongs\"",
+                "segment-size",
+                "unknown unit",
+            ),
+            ("segment-size = -1", "segment-size", "negative"),
+            (
+                "expect-tablets = [\"bad tablet!\"]",
+                "expect-tablets",
+                "bad tablet!",
+            ),
+            ("expect-tablets = \"t1\"", "expect-tablets", ""),
+            (
+                "[quic]\nidle-timeout = \"soon\"",
+                "quic.idle-timeout",
+                "invalid duration",
+            ),
+            (
+                "[quic]\nmax-udp-payload = 100000",
+                "quic.max-udp-payload",
+                "",
+            ),
+            ("[tls]\nca = 5", "tls.ca", ""),
+            ("data-dir = 5", "data-dir", ""),
+        ];
+        for (text, key, what) in cases {
+            let e = applier(text).unwrap_err();
+            assert!(e.contains(&format!("key \"{key}\"")), "{text}: {e}");
+            assert!(e.contains(what), "{text}: {e}");
+        }
+        let cases: &[(&str, &str)] = &[
+            ("io-engine = \"fast\"", "io-engine"),
+            ("lanes = -2", "lanes"),
+            ("ship-unsynced = \"yes\"", "ship-unsynced"),
+            ("window-bytes = \"lots\"", "window-bytes"),
+            ("reconnect-max = \"5 fortnights\"", "reconnect-max"),
+        ];
+        for (text, key) in cases {
+            let e = shipper(text).unwrap_err();
+            assert!(e.contains(&format!("key \"{key}\"")), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = applier("listen = \"127.0.0.1:1\"\nfoo = 1").unwrap_err();
+        assert!(e.contains("unknown key \"foo\""), "{e}");
+        assert!(e.contains("max-staleness"), "lists the known keys: {e}");
+        let e = applier("[tls]\nca = \"/a\"\nfoo = \"x\"").unwrap_err();
+        assert!(e.contains("unknown key \"tls.foo\""), "{e}");
+        let e = shipper("[quic]\nwindow = 1").unwrap_err();
+        assert!(e.contains("unknown key \"quic.window\""), "{e}");
+        let e = applier("[foo]\na = 1").unwrap_err();
+        assert!(e.starts_with("unknown key \"foo\""), "{e}");
+        let e = applier("tls = 5").unwrap_err();
+        assert!(e.starts_with("key \"tls\""), "{e}");
+        // A shipper key is not an applier key.
+        let e = applier("wal-dir = \"/w\"").unwrap_err();
+        assert!(e.contains("unknown key \"wal-dir\""), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_and_file_names() {
+        let e = applier("listen = ").unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("applier.toml");
+        std::fs::write(&p, "max-staleness = \"15 parsecs\"\n").unwrap();
+        let e = format!("{:#}", load_applier(&p).unwrap_err());
+        assert!(
+            e.contains("applier.toml: key \"max-staleness\": invalid duration \"15 parsecs\""),
+            "{e}"
+        );
+        std::fs::write(&p, "[tls]\nca = \"/nonexistent/ca.pem\"\n").unwrap();
+        let e = format!("{:#}", check_applier(&p).unwrap_err());
+        assert!(
+            e.contains("applier.toml: key \"tls.ca\": cannot read /nonexistent/ca.pem"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            load_shipper(&dir.path().join("missing.toml")).unwrap_err()
+        );
+        assert!(e.contains("missing.toml"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("16KiB").unwrap(), 16384);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1 GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("64MB").unwrap(), 64_000_000);
+        assert_eq!(parse_size("2gb").unwrap(), 2_000_000_000);
+        assert!(parse_size("").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("1.5GiB").is_err());
+        assert!(parse_size("99999999999TiB")
+            .unwrap_err()
+            .contains("too large"));
+    }
+
+    #[test]
+    fn validate_checks_files_and_limits() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = TlsConfig {
+            ca: dir.path().join("ca.pem"),
+            cert: dir.path().join("applier.pem"),
+            key: dir.path().join("applier.key"),
+        };
+        let mut c = ApplierConfig {
+            tls: tls.clone(),
+            ..ApplierConfig::default()
+        };
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("tls.ca") && e.contains("ca.pem"), "{e}");
+        for f in ["ca.pem", "applier.pem", "applier.key"] {
+            std::fs::write(dir.path().join(f), "x").unwrap();
+        }
+        c.validate().unwrap();
+        c.quic.max_udp_payload = 1000;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("quic.max-udp-payload"), "{e}");
+
+        let mut s = ShipperConfig {
+            tls,
+            ..ShipperConfig::default()
+        };
+        s.validate().unwrap();
+        s.reconnect_max = Duration::from_millis(1);
+        assert!(format!("{:#}", s.validate().unwrap_err()).contains("reconnect-max"));
+        s.reconnect_max = Duration::from_secs(5);
+        s.applier = "no port here".into();
+        assert!(format!("{:#}", s.validate().unwrap_err()).contains("key \"applier\""));
+        s.applier = "127.0.0.1:7400".into();
+        s.window_bytes = 10;
+        assert!(format!("{:#}", s.validate().unwrap_err()).contains("window-bytes"));
+    }
+}

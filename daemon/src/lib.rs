@@ -1,0 +1,12 @@
+//! The `tidelog` daemon's library half: the pieces `main.rs` wires into the CLI and that the
+//! integration tests drive directly — configuration files, certificates, the admin API
+//! server helpers and its client (`ctl`), and systemd notification.
+//!
+//! It holds no shipping or applying logic: that is in `tidelog-shipper` and
+//! `tidelog-applier`; the WAL format is in `tidelog-wal`.
+
+pub mod admin;
+pub mod certs;
+pub mod config;
+pub mod ctl;
+pub mod notify;

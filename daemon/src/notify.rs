@@ -1,0 +1,107 @@
+//! systemd integration (DESIGN §8): `READY=1` once recovery is done, `STATUS=` lines,
+//! `STOPPING=1` on shutdown and `WATCHDOG=1` pings. Every function is a no-op when
+//! `NOTIFY_SOCKET` is unset (not started by systemd, or `Type=` other than `notify`), and a
+//! failure to notify is logged, never fatal.
+
+use std::time::Duration;
+
+use sd_notify::NotifyState;
+
+fn send(states: &[NotifyState<'_>]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(e) = sd_notify::notify(false, states) {
+        tracing::warn!(error = %e, "systemd notify failed");
+    }
+}
+
+/// `READY=1`: start-up (recovery, binding) is complete.
+pub fn ready() {
+    send(&[NotifyState::Ready]);
+}
+
+/// `STATUS=<text>`: one line shown by `systemctl status`.
+pub fn status(text: &str) {
+    // A newline would end the STATUS= assignment early.
+    let line = text.replace('\n', " ");
+    send(&[NotifyState::Status(&line)]);
+}
+
+/// `STOPPING=1`: shutdown has begun.
+pub fn stopping() {
+    send(&[NotifyState::Stopping]);
+}
+
+/// The watchdog ping interval: half of `WATCHDOG_USEC`, if systemd asked for pings
+/// (`WatchdogSec=`) and `WATCHDOG_PID` is this process (systemd sets both).
+pub fn watchdog_interval() -> Option<Duration> {
+    std::env::var_os("NOTIFY_SOCKET")?;
+    let mut usec = 0u64;
+    if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
+        Some(Duration::from_micros(usec / 2))
+    } else {
+        None
+    }
+}
+
+/// Spawns a task on the current tokio runtime that sends `WATCHDOG=1` every
+/// [`watchdog_interval`]; `None` (nothing spawned) when the watchdog is off. Abort the handle
+/// (or drop the runtime) to stop pinging. Run it on the runtime whose health it should vouch
+/// for: a stalled runtime stops the pings and systemd restarts the service.
+pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+    let every = watchdog_interval()?;
+    tracing::debug!(interval = ?every, "systemd watchdog enabled");
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            send(&[NotifyState::Watchdog]);
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::UnixDatagram;
+
+    use super::*;
+
+    /// One test touches the environment (tests in this binary run in parallel; no other test
+    /// reads NOTIFY_SOCKET).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sends_states_to_notify_socket_and_pings_the_watchdog() {
+        std::env::remove_var("NOTIFY_SOCKET");
+        ready(); // no socket: a no-op
+        assert!(watchdog_interval().is_none());
+        assert!(spawn_watchdog().is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        std::env::set_var("NOTIFY_SOCKET", &path);
+        std::env::set_var("WATCHDOG_USEC", "20000");
+        std::env::set_var("WATCHDOG_PID", std::process::id().to_string());
+        let mut buf = [0u8; 256];
+        let mut recv = || {
+            let n = sock.recv(&mut buf).unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        ready();
+        assert_eq!(recv().trim(), "READY=1");
+        status("applying\nsafe time 5");
+        assert_eq!(recv().trim(), "STATUS=applying safe time 5");
+        stopping();
+        assert_eq!(recv().trim(), "STOPPING=1");
+        assert_eq!(watchdog_interval(), Some(Duration::from_millis(10)));
+        let h = spawn_watchdog().unwrap();
+        assert_eq!(recv().trim(), "WATCHDOG=1");
+        assert_eq!(recv().trim(), "WATCHDOG=1");
+        h.abort();
+        std::env::remove_var("NOTIFY_SOCKET");
+        std::env::remove_var("WATCHDOG_USEC");
+        std::env::remove_var("WATCHDOG_PID");
+    }
+}
