@@ -6,7 +6,9 @@
 //! `tidelog-applier`; the WAL format is in `tidelog-wal`.
 
 pub mod admin;
+pub mod applier_daemon;
 pub mod certs;
 pub mod config;
 pub mod ctl;
 pub mod notify;
+pub mod shipper_daemon;

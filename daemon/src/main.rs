@@ -33,6 +33,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the applier daemon (target side): QUIC intake, apply, admin API.
+    Apply(DaemonArgs),
+    /// Run the shipper daemon (source side): tail the WALs and ship them.
+    Ship(DaemonArgs),
     /// Inspect, verify and write tablet WALs (`dump`, `append`, `check`).
     Wal(wal_cmd::WalArgs),
     /// Create the CA and the mTLS certificates of both daemons.
@@ -42,6 +46,16 @@ enum Command {
 }
 
 /// `tidelog certs …`
+#[derive(Debug, Args)]
+struct DaemonArgs {
+    /// The daemon's TOML configuration file.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+    /// Parse and validate the configuration (and the TLS files it names), then exit.
+    #[arg(long)]
+    check: bool,
+}
+
 #[derive(Debug, Args)]
 struct CertsArgs {
     #[command(subcommand)]
@@ -71,6 +85,7 @@ impl Command {
         match self {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
             Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn",
+            Command::Apply(_) | Command::Ship(_) => "info",
         }
     }
 }
@@ -96,6 +111,8 @@ fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
 fn run(command: Command) -> Result<()> {
     match command {
         Command::Wal(args) => wal_cmd::run(args),
+        Command::Apply(a) => tidelog::applier_daemon::run(&a.config, a.check),
+        Command::Ship(a) => tidelog::shipper_daemon::run(&a.config, a.check),
         Command::Certs(CertsArgs {
             command: CertsCommand::Init { dir, sans, force },
         }) => {

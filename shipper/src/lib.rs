@@ -181,8 +181,8 @@ struct Shared {
 #[derive(Debug)]
 pub struct Shipper {
     shared: Arc<Shared>,
-    lanes: Vec<(mpsc::UnboundedSender<LaneCmd>, JoinHandle<()>)>,
-    scanner: Option<JoinHandle<()>>,
+    senders: Vec<mpsc::UnboundedSender<LaneCmd>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 #[derive(Debug)]
@@ -223,7 +223,8 @@ impl Shipper {
             shutdown: AtomicBool::new(false),
             connected_lanes: AtomicU64::new(0),
         });
-        let mut lanes = Vec::new();
+        let mut senders = Vec::new();
+        let mut threads = Vec::new();
         for i in 0..shared.opts.lanes {
             let (tx, rx) = mpsc::unbounded_channel();
             let sh = shared.clone();
@@ -231,28 +232,25 @@ impl Shipper {
                 .name(format!("ship-lane-{i}"))
                 .spawn(move || run_lane(sh, i as u32, rx))
                 .context("spawning a lane thread")?;
-            lanes.push((tx, h));
+            senders.push(tx);
+            threads.push(h);
         }
-        let mut s = Shipper {
+        let s = Shipper {
             shared,
-            lanes,
-            scanner: None,
+            senders,
+            threads: Mutex::new(threads),
         };
-        s.scan()?;
-        let senders: Vec<_> = s.lanes.iter().map(|(tx, _)| tx.clone()).collect();
-        let sh = s.shared.clone();
-        s.scanner = Some(
-            std::thread::Builder::new()
-                .name("ship-scan".into())
-                .spawn(move || scanner(sh, senders))
-                .context("spawning the scanner thread")?,
-        );
+        if let Err(e) = scan_once(&s.shared, &s.senders) {
+            s.shutdown();
+            return Err(e);
+        }
+        let (sh, tx) = (s.shared.clone(), s.senders.clone());
+        let h = std::thread::Builder::new()
+            .name("ship-scan".into())
+            .spawn(move || scanner(sh, tx))
+            .context("spawning the scanner thread")?;
+        s.threads.lock().unwrap_or_else(|p| p.into_inner()).push(h);
         Ok(s)
-    }
-
-    fn scan(&self) -> Result<()> {
-        let senders: Vec<_> = self.lanes.iter().map(|(tx, _)| tx.clone()).collect();
-        scan_once(&self.shared, &senders)
     }
 
     pub fn io_engine(&self) -> IoEngine {
@@ -331,20 +329,15 @@ impl Shipper {
         Ok(())
     }
 
-    /// Stops shipping: each lane closes its QUIC connection gracefully.
-    pub fn shutdown(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
+    /// Stops shipping: each lane records the acked positions and closes its QUIC
+    /// connection gracefully. Blocks until the lanes have ended. Idempotent.
+    pub fn shutdown(&self) {
         self.shared.shutdown.store(true, Ordering::SeqCst);
-        for (tx, _) in &self.lanes {
+        for tx in &self.senders {
             let _ = tx.send(LaneCmd::Shutdown);
         }
-        for (_, h) in self.lanes.drain(..) {
-            let _ = h.join();
-        }
-        if let Some(h) = self.scanner.take() {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in threads {
             let _ = h.join();
         }
     }
@@ -352,7 +345,7 @@ impl Shipper {
 
 impl Drop for Shipper {
     fn drop(&mut self) {
-        self.stop();
+        self.shutdown();
     }
 }
 

@@ -1,0 +1,439 @@
+//! `tidelog apply --config F`: the applier daemon. Wires the QUIC intake (received logs), the
+//! apply workers (fjall store) and the admin API on the Unix socket, and runs them the way
+//! systemd expects: `READY=1` only after recovery, watchdog pings, `STATUS=` lines, and on
+//! SIGTERM/SIGINT a clean stop (intake closed, queued frames written and synced, workers
+//! stopped, store persisted, QUIC closed).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::store::Store;
+use tidelog_applier::tls::TlsMaterial;
+use tidelog_wal::{HybridTime, TabletId, WalPos};
+
+use crate::admin::{self, ApiError, ApiPath, ApiQuery, JsonBytes};
+use crate::config::{self, ApplierConfig};
+use crate::{certs, notify};
+
+/// Runs the applier until SIGTERM/SIGINT. With `check`, validates the config and exits.
+pub fn run(config_path: &Path, check: bool) -> Result<()> {
+    let cfg = config::check_applier(config_path)?;
+    if check {
+        println!("{}: ok", config_path.display());
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("applier")
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    rt.block_on(serve(cfg))
+}
+
+/// Loads the PEM files named in `[tls]`.
+pub fn tls_material(
+    tls: &config::TlsConfig,
+) -> Result<(
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    Vec<rustls::pki_types::CertificateDer<'static>>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+)> {
+    Ok((
+        certs::load_certs(&tls.ca)?,
+        certs::load_certs(&tls.cert)?,
+        certs::load_key(&tls.key)?,
+    ))
+}
+
+/// The apply workers, one per tablet, created when a tablet first shows up.
+#[derive(Debug)]
+pub struct Appliers {
+    store: Arc<Store>,
+    received: PathBuf,
+    workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
+    /// applied_records of each tablet when this process started (for record lag).
+    base_records: Mutex<BTreeMap<TabletId, u64>>,
+}
+
+impl Appliers {
+    fn ensure(&self, t: &TabletId) {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(worker) = w.get(t) {
+            worker.notify();
+            return;
+        }
+        if let Err(e) = self.store.register_tablet(t) {
+            tracing::error!(tablet = %t, "registering the tablet: {e}");
+        }
+        let base = self
+            .store
+            .tablet(t)
+            .ok()
+            .flatten()
+            .map_or(0, |m| m.applied_records);
+        self.base_records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(t.clone(), base);
+        match ApplyWorker::start(
+            self.store.clone(),
+            &self.received,
+            t.clone(),
+            ApplyConfig::default(),
+        ) {
+            Ok(worker) => {
+                worker.notify();
+                w.insert(t.clone(), worker);
+            }
+            Err(e) => tracing::error!(tablet = %t, "starting the apply worker: {e}"),
+        }
+    }
+
+    fn stop_all(&self) {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        for (t, worker) in w.iter_mut() {
+            if let Err(e) = worker.stop() {
+                tracing::error!(tablet = %t, "apply worker stopped with: {e}");
+            }
+        }
+    }
+}
+
+/// Everything the admin handlers read.
+#[derive(Debug, Clone)]
+pub struct ApplierState {
+    pub intake: Intake,
+    pub appliers: Arc<Appliers>,
+    pub store: Arc<Store>,
+    pub io_note: Option<String>,
+}
+
+async fn serve(cfg: ApplierConfig) -> Result<()> {
+    notify::status("recovering");
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
+    let data_dir = cfg.data_dir.clone();
+    let store = Arc::new(
+        tokio::task::spawn_blocking(move || Store::open(&data_dir))
+            .await
+            .context("opening the store")??,
+    );
+    let appliers = Arc::new(Appliers {
+        store: store.clone(),
+        received: cfg.data_dir.join("received"),
+        workers: Mutex::new(BTreeMap::new()),
+        base_records: Mutex::new(BTreeMap::new()),
+    });
+    let (ca, chain, key) = tls_material(&cfg.tls)?;
+    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
+    opts.sync = cfg.sync;
+    opts.segment_size = cfg.segment_size;
+    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
+    opts.quic = tidelog_wal::wire::QuicTuning {
+        receive_window: cfg.quic.receive_window,
+        stream_receive_window: cfg.quic.stream_receive_window,
+        max_udp_payload: cfg.quic.max_udp_payload,
+        idle_timeout: cfg.quic.idle_timeout,
+    };
+    let a2 = appliers.clone();
+    let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
+    let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    // Recovery: apply whatever the received logs hold beyond the store's apply positions.
+    let known: Vec<TabletId> = intake.tablets().iter().map(|t| t.tablet.clone()).collect();
+    let a3 = appliers.clone();
+    tokio::task::spawn_blocking(move || {
+        for t in &known {
+            a3.ensure(t);
+        }
+    })
+    .await?;
+    let state = ApplierState {
+        intake: intake.clone(),
+        appliers: appliers.clone(),
+        store: store.clone(),
+        io_note: None,
+    };
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let socket = cfg.admin_socket.clone();
+    let admin_task = tokio::spawn(async move {
+        admin::serve(&socket, router(state), async move {
+            let _ = stop_rx.wait_for(|s| *s).await;
+        })
+        .await
+    });
+    tracing::info!(listen = %intake.local_addr()?, data_dir = %cfg.data_dir.display(), "applier ready");
+    notify::ready();
+    let _watchdog = notify::spawn_watchdog();
+    notify::status(&format!("serving shippers on {}", intake.local_addr()?));
+    let admin_failed = wait_for_signal(admin_task).await?;
+    notify::stopping();
+    notify::status("stopping: writing queued frames");
+    intake.shutdown().await;
+    let a4 = appliers.clone();
+    let s2 = store.clone();
+    tokio::task::spawn_blocking(move || {
+        a4.stop_all();
+        if let Err(e) = s2.persist() {
+            tracing::error!("persisting the store: {e}");
+        }
+    })
+    .await?;
+    let _ = stop_tx.send(true);
+    if let Some(e) = admin_failed {
+        return Err(e);
+    }
+    tracing::info!("applier stopped");
+    Ok(())
+}
+
+/// Waits for SIGTERM or SIGINT (or the admin server failing, which is returned).
+pub async fn wait_for_signal(
+    admin_task: tokio::task::JoinHandle<Result<()>>,
+) -> Result<Option<anyhow::Error>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(None) }
+        _ = int.recv() => { tracing::info!("SIGINT: stopping"); Ok(None) }
+        r = admin_task => Ok(Some(match r {
+            Ok(Ok(())) => anyhow::anyhow!("the admin API stopped"),
+            Ok(Err(e)) => e,
+            Err(e) => anyhow::anyhow!("the admin API task failed: {e}"),
+        })),
+    }
+}
+
+fn router(state: ApplierState) -> Router {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/kv/{*key}", get(kv_get))
+        .route("/v1/pause", post(pause))
+        .route("/v1/resume", post(resume))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+fn ht(h: HybridTime) -> String {
+    h.0.to_string()
+}
+
+fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
+    let workers = s.appliers.workers.lock().unwrap_or_else(|p| p.into_inner());
+    let base = s
+        .appliers
+        .base_records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let mut rows = BTreeMap::new();
+    for ti in s.intake.tablets() {
+        let st = ti.status();
+        let t = &ti.tablet;
+        let (applied, safe, apply_error) = match workers.get(t) {
+            Some(w) => (
+                w.applied_pos().0,
+                w.safe_time(),
+                w.error().map(|e| e.to_string()),
+            ),
+            None => (0, HybridTime::default(), None),
+        };
+        let applied_records = s
+            .store
+            .tablet(t)
+            .ok()
+            .flatten()
+            .map_or(0, |m| m.applied_records);
+        let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
+        let state = if apply_error.is_some() {
+            "apply_failed"
+        } else {
+            st.state
+        };
+        rows.insert(
+            t.to_string(),
+            json!({
+                "received_pos": st.received_pos,
+                "applied_pos": applied,
+                "safe_time": ht(safe),
+                "received_safe_time": ht(HybridTime(st.safe_time)),
+                "state": state,
+                "lag_bytes": st.received_pos.saturating_sub(applied),
+                "lag_records": st.records.saturating_sub(applied_this_run),
+                "received_records": st.records,
+                "applied_records": applied_records,
+                "received_bytes": st.bytes,
+                "shipper": st.shipper,
+                "last_frame_ms_ago": st.last_frame_ms_ago,
+                "error": apply_error.or(st.error),
+            }),
+        );
+    }
+    rows
+}
+
+async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
+    let s2 = s.clone();
+    let rows = tokio::task::spawn_blocking(move || tablet_rows(&s2))
+        .await
+        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?;
+    let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
+        tidelog_applier::store::Role::Primary => "primary",
+        tidelog_applier::store::Role::Standby => "replica",
+    };
+    let safe = s
+        .store
+        .global_safe_time()
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    Ok(Json(json!({
+        "role": role,
+        "safe_time": ht(safe.unwrap_or_default()),
+        "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "tablets": rows,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct KvQuery {
+    mode: Option<String>,
+    at: Option<String>,
+}
+
+async fn kv_get(
+    State(s): State<ApplierState>,
+    ApiPath(key): ApiPath<String>,
+    ApiQuery(q): ApiQuery<KvQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let at = match &q.at {
+        Some(a) => Some(HybridTime(admin::parse_ht("at", a)?)),
+        None => None,
+    };
+    match q.mode.as_deref() {
+        Some("latest") => {}
+        None | Some("consistent") if at.is_some() => {}
+        None | Some("consistent") => {
+            return Err(ApiError::unavailable(
+                "safe_time_uninitialized",
+                "consistent reads need the global safe time, which this applier does not publish yet; read with mode=latest or at=HT",
+            ))
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "mode {other:?}: expected consistent or latest"
+            )))
+        }
+    }
+    let store = s.store.clone();
+    let k = key.clone().into_bytes();
+    let v = tokio::task::spawn_blocking(move || store.get(&k, at))
+        .await
+        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let read_ht = at.unwrap_or_else(|| {
+        let w = s.appliers.workers.lock().unwrap_or_else(|p| p.into_inner());
+        w.values().map(|w| w.safe_time()).max().unwrap_or_default()
+    });
+    let (found, value, version) = match v {
+        Some(v) => match v.value {
+            Some(bytes) => (true, Some(JsonBytes(bytes)), Some(ht(v.ht))),
+            None => (false, None, Some(ht(v.ht))),
+        },
+        None => (false, None, None),
+    };
+    Ok(Json(json!({
+        "key": JsonBytes(key.into_bytes()),
+        "found": found,
+        "value": value,
+        "version_ht": version,
+        "read_ht": ht(read_ht),
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+struct TabletQuery {
+    tablet: Option<String>,
+}
+
+fn parse_tablet(q: &TabletQuery) -> Result<Option<TabletId>, ApiError> {
+    q.tablet
+        .as_deref()
+        .map(|t| {
+            t.parse::<TabletId>()
+                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
+        })
+        .transpose()
+}
+
+async fn pause(
+    State(s): State<ApplierState>,
+    ApiQuery(q): ApiQuery<TabletQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let t = parse_tablet(&q)?;
+    s.intake
+        .set_paused(t.as_ref(), true)
+        .map_err(|e| ApiError::not_found(format!("{e:#}")))?;
+    Ok(Json(json!({"ok": true})))
+}
+
+async fn resume(
+    State(s): State<ApplierState>,
+    ApiQuery(q): ApiQuery<TabletQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let t = parse_tablet(&q)?;
+    s.intake
+        .set_paused(t.as_ref(), false)
+        .map_err(|e| ApiError::not_found(format!("{e:#}")))?;
+    Ok(Json(json!({"ok": true})))
+}
+
+async fn metrics(State(s): State<ApplierState>) -> axum::response::Response {
+    let s2 = s.clone();
+    let rows = tokio::task::spawn_blocking(move || tablet_rows(&s2))
+        .await
+        .unwrap_or_default();
+    let mut out = String::new();
+    let gauges: [(&str, &str, &str); 5] = [
+        (
+            "tidelog_applier_received_pos_bytes",
+            "received_pos",
+            "End of the durable received log.",
+        ),
+        (
+            "tidelog_applier_applied_pos_bytes",
+            "applied_pos",
+            "Position applied into the store.",
+        ),
+        (
+            "tidelog_applier_apply_lag_bytes",
+            "lag_bytes",
+            "Received but not yet applied.",
+        ),
+        (
+            "tidelog_applier_received_records_total",
+            "received_records",
+            "Records received since start.",
+        ),
+        (
+            "tidelog_applier_applied_records_total",
+            "applied_records",
+            "Records applied (persisted count).",
+        ),
+    ];
+    for (name, field, help) in gauges {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for (t, row) in &rows {
+            let v = row.get(field).and_then(Value::as_u64).unwrap_or(0);
+            out.push_str(&format!("{name}{{tablet=\"{t}\"}} {v}\n"));
+        }
+    }
+    admin::prometheus(out)
+}
