@@ -1,0 +1,193 @@
+//! Kit for end-to-end tests with real daemons: certificates via `tidelog certs init`,
+//! generated configs on 127.0.0.1 with a free UDP port, child processes that are killed
+//! when dropped, the admin API through `tidelog::ctl::call`, and deadline waits.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tidelog")
+}
+
+/// A UDP port free right now on 127.0.0.1.
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A test cluster's files: certificates, configs, WAL dir, applier data dir, sockets, logs.
+pub struct Cluster {
+    pub root: PathBuf,
+    pub wal: PathBuf,
+    pub data: PathBuf,
+    pub applier_cfg: PathBuf,
+    pub shipper_cfg: PathBuf,
+    pub applier_sock: PathBuf,
+    pub shipper_sock: PathBuf,
+    pub port: u16,
+}
+
+impl Cluster {
+    pub fn new(root: &Path, sync: &str, extra_shipper: &str) -> Cluster {
+        let st = Command::new(bin())
+            .args(["certs", "init", "--dir"])
+            .arg(root.join("tls"))
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "certs init: {}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+        let port = free_udp_port();
+        let c = Cluster {
+            root: root.to_path_buf(),
+            wal: root.join("wal"),
+            data: root.join("applier"),
+            applier_cfg: root.join("applier.toml"),
+            shipper_cfg: root.join("shipper.toml"),
+            applier_sock: root.join("applier.sock"),
+            shipper_sock: root.join("shipper.sock"),
+            port,
+        };
+        std::fs::create_dir_all(&c.wal).unwrap();
+        let tls = root.join("tls");
+        let t = |f: &str| tls.join(f).display().to_string();
+        std::fs::write(
+            &c.applier_cfg,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"{sync}\"\nsegment-size = \"1MiB\"\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
+                c.data.display(),
+                c.applier_sock.display(),
+                t("ca.pem"),
+                t("applier.pem"),
+                t("applier.key")
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            &c.shipper_cfg,
+            format!(
+                "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"test-source\"\nreconnect-min = \"20ms\"\nreconnect-max = \"300ms\"\n{extra_shipper}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
+                c.wal.display(),
+                c.shipper_sock.display(),
+                t("ca.pem"),
+                t("shipper.pem"),
+                t("shipper.key")
+            ),
+        )
+        .unwrap();
+        c
+    }
+
+    pub fn start_applier(&self) -> Daemon {
+        Daemon::start("apply", &self.applier_cfg, &self.root.join("applier.log"))
+    }
+
+    pub fn start_shipper(&self) -> Daemon {
+        Daemon::start("ship", &self.shipper_cfg, &self.root.join("shipper.log"))
+    }
+}
+
+/// A daemon child process; SIGKILLed and reaped when dropped.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub what: &'static str,
+}
+
+impl Daemon {
+    pub fn start(what: &'static str, cfg: &Path, log: &Path) -> Daemon {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(bin())
+            .arg(what)
+            .arg("--config")
+            .arg(cfg)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Daemon {
+            child: Some(child),
+            what,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for a clean exit; returns whether it exited 0.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return false;
+        };
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st.success();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// GET (or POST) a route on an admin socket; `None` while the daemon is not answering.
+pub fn api(socket: &Path, method: &str, path: &str) -> Option<(u16, Value)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let m = axum::http::Method::from_bytes(method.as_bytes()).unwrap();
+    let a = rt
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), tidelog::ctl::call(socket, m, path)).await
+        })
+        .ok()?
+        .ok()?;
+    let v = serde_json::from_slice(&a.body).unwrap_or(Value::Null);
+    Some((a.status.as_u16(), v))
+}
+
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

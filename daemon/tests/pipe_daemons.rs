@@ -1,0 +1,240 @@
+//! The pipe with real daemons (`tidelog apply`, `tidelog ship`) on loopback: 8 tablets
+//! written continuously at the source while the shipper and the applier are SIGKILLed at
+//! random moments; afterwards the received logs equal the sources record for record and
+//! every record is applied exactly once (the store equals a replay of the source logs).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use tidelog_wal::{
+    Body, HybridTime, Op, ReadLimit, Reader, Record, SyncPolicy, TabletId, WalOptions, Writer,
+};
+
+const TABLETS: usize = 8;
+
+fn tablet(i: usize) -> TabletId {
+    format!("t{i}").parse().unwrap()
+}
+
+/// Writes records to every tablet until `stop`; returns the writers (for their end positions).
+fn source_load(
+    wal: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> std::thread::JoinHandle<Vec<Writer>> {
+    std::thread::spawn(move || {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let opts = WalOptions {
+            segment_size: 256 << 10,
+            ..WalOptions::default()
+        };
+        let mut ws: Vec<Writer> = (0..TABLETS)
+            .map(|i| Writer::open(&wal, &tablet(i), opts.clone()).unwrap())
+            .collect();
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            for w in ws.iter_mut() {
+                for _ in 0..rng.random_range(1..20) {
+                    seq += 1;
+                    let ht = HybridTime(w.last_ht().map_or(1 << 20, |h| h.0 + 1));
+                    let key = format!("{}/k{}", w.tablet(), rng.random_range(0..40));
+                    let op = if rng.random_ratio(1, 10) {
+                        Op::delete(key)
+                    } else {
+                        Op::put(
+                            key,
+                            format!("v{seq}-{}", "x".repeat(rng.random_range(0..300))),
+                        )
+                    };
+                    w.append(&Record::new(
+                        ht,
+                        Body::Write {
+                            ops: vec![op],
+                            trx_id: None,
+                            gtid: None,
+                        },
+                    ))
+                    .unwrap();
+                }
+                let sync = if rng.random_ratio(1, 4) {
+                    SyncPolicy::Always
+                } else {
+                    SyncPolicy::Batch
+                };
+                w.commit(sync).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for w in ws.iter_mut() {
+            w.sync().unwrap();
+        }
+        ws
+    })
+}
+
+fn applied_everything(c: &Cluster, ends: &BTreeMap<String, u64>) -> bool {
+    let Some((200, st)) = api(&c.applier_sock, "GET", "/v1/status") else {
+        return false;
+    };
+    ends.iter().all(|(t, end)| {
+        let row = &st["tablets"][t];
+        row["received_pos"].as_u64() == Some(*end) && row["applied_pos"].as_u64() == Some(*end)
+    })
+}
+
+#[test]
+fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(
+        tmp.path(),
+        "batch",
+        "max-frame-bytes = \"64KiB\"\nwindow-bytes = \"512KiB\"\n",
+    );
+    let seed: u64 = std::env::var("PIPE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = source_load(c.wal.clone(), stop.clone(), seed);
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    wait_for("the applier's admin API", Duration::from_secs(30), || {
+        api(&c.applier_sock, "GET", "/v1/status").is_some()
+    });
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut kills = (0, 0);
+    for round in 0..24 {
+        // A random moment in the stream (this is the fault schedule, not synchronisation).
+        std::thread::sleep(Duration::from_millis(rng.random_range(50..350)));
+        match rng.random_range(0..3) {
+            0 => {
+                shipper.kill9();
+                kills.0 += 1;
+                shipper = c.start_shipper();
+            }
+            1 => {
+                applier.kill9();
+                kills.1 += 1;
+                applier = c.start_applier();
+            }
+            _ => {
+                shipper.kill9();
+                applier.kill9();
+                kills = (kills.0 + 1, kills.1 + 1);
+                applier = c.start_applier();
+                shipper = c.start_shipper();
+            }
+        }
+        eprintln!(
+            "round {round}: kills so far shipper {} applier {}",
+            kills.0, kills.1
+        );
+    }
+    assert!(kills.0 >= 8 && kills.1 >= 8, "{kills:?}");
+    stop.store(true, Ordering::Relaxed);
+    let writers = load.join().unwrap();
+    let ends: BTreeMap<String, u64> = writers
+        .iter()
+        .map(|w| (w.tablet().to_string(), w.written_pos().0))
+        .collect();
+    drop(writers);
+    wait_for(
+        "everything received and applied",
+        Duration::from_secs(120),
+        || applied_everything(&c, &ends),
+    );
+    // The shipper's status agrees: everything acked, nothing in flight.
+    wait_for("the shipper's acks", Duration::from_secs(30), || {
+        api(&c.shipper_sock, "GET", "/v1/status").is_some_and(|(_, st)| {
+            ends.iter()
+                .all(|(t, end)| st["tablets"][t]["acked_pos"].as_u64() == Some(*end))
+        })
+    });
+    assert!(
+        shipper.terminate(Duration::from_secs(20)),
+        "the shipper did not stop cleanly on SIGTERM"
+    );
+    assert!(
+        applier.terminate(Duration::from_secs(20)),
+        "the applier did not stop cleanly on SIGTERM"
+    );
+
+    // Received logs: record for record the sources.
+    let mut model: BTreeMap<Vec<u8>, Vec<(HybridTime, Option<Vec<u8>>)>> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for i in 0..TABLETS {
+        let t = tablet(i);
+        let src: Vec<_> = Reader::open(&c.wal, &t, ReadLimit::Durable)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let got: Vec<_> = Reader::open(&c.data.join("received"), &t, ReadLimit::Durable)
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(src.len(), got.len(), "{t}: record count");
+        assert!(src == got, "{t}: the received log differs from the source");
+        counts.insert(t.clone(), src.len() as u64);
+        for (_, r) in src {
+            for op in r.ops() {
+                model
+                    .entry(op.key.clone())
+                    .or_default()
+                    .push((r.ht, op.value.clone()));
+            }
+        }
+    }
+    // Store: every record applied exactly once, every version where the replay puts it.
+    let store = tidelog_applier::store::Store::open(&c.data).unwrap();
+    let metas = store.tablets().unwrap();
+    for (t, n) in &counts {
+        assert_eq!(
+            metas[t].applied_records, *n,
+            "{t}: records applied (a double or missing apply)"
+        );
+        assert_eq!(
+            metas[t].applied_pos.0,
+            ends[t.as_str()],
+            "{t}: apply position"
+        );
+    }
+    let mut versions = 0;
+    for (key, vs) in &model {
+        for (ht, value) in vs {
+            let v = store.get(key, Some(*ht)).unwrap().unwrap();
+            assert_eq!(
+                v.ht,
+                *ht,
+                "{}: version at {ht}",
+                String::from_utf8_lossy(key)
+            );
+            assert_eq!(
+                &v.value,
+                value,
+                "{}: value at {ht}",
+                String::from_utf8_lossy(key)
+            );
+            versions += 1;
+        }
+        let (last_ht, last) = vs.last().unwrap();
+        let latest = store.get(key, None).unwrap().unwrap();
+        assert_eq!((latest.ht, &latest.value), (*last_ht, last));
+    }
+    assert!(
+        versions > 1000,
+        "too little data to mean anything: {versions} versions"
+    );
+    eprintln!(
+        "checked {versions} versions over {} keys; kills: shipper {} applier {}",
+        model.len(),
+        kills.0,
+        kills.1
+    );
+}
