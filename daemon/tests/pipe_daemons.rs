@@ -19,6 +19,9 @@ use tidelog_wal::{
 
 const TABLETS: usize = 8;
 
+/// Versions of each key in source order: (ht, value or None for a delete).
+type Model = BTreeMap<Vec<u8>, Vec<(HybridTime, Option<Vec<u8>>)>>;
+
 fn tablet(i: usize) -> TabletId {
     format!("t{i}").parse().unwrap()
 }
@@ -167,7 +170,7 @@ fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
     );
 
     // Received logs: record for record the sources.
-    let mut model: BTreeMap<Vec<u8>, Vec<(HybridTime, Option<Vec<u8>>)>> = BTreeMap::new();
+    let mut model: Model = BTreeMap::new();
     let mut counts = BTreeMap::new();
     for i in 0..TABLETS {
         let t = tablet(i);
