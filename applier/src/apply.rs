@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 
 use tidelog_wal::{AtomicWalPos, HybridTime, ReadLimit, Reader, Record, TabletId, WalPos};
 
+use crate::consistency::Consistency;
 use crate::error::{Error, Result};
 use crate::store::{Durability, Store};
 
@@ -60,6 +61,9 @@ pub struct ApplyConfig {
     pub durability: Durability,
     /// With `Buffered`, fsync the store at least this often while applying. Default 1 s.
     pub persist_interval: Duration,
+    /// The safe-time machinery: commits are reported to it and committed parts of this
+    /// tablet are applied when it says they are ready. `None`: writes only.
+    pub consistency: Option<Arc<Consistency>>,
 }
 
 impl Default for ApplyConfig {
@@ -70,6 +74,7 @@ impl Default for ApplyConfig {
             poll_interval: Duration::from_millis(50),
             durability: Durability::Buffered,
             persist_interval: Duration::from_secs(1),
+            consistency: None,
         }
     }
 }
@@ -156,6 +161,18 @@ impl ApplyWorker {
             progress_cv: Condvar::new(),
             error: Mutex::new(None),
         });
+        if let Some(c) = &cfg.consistency {
+            let sh = shared.clone();
+            c.register_worker(
+                &tablet,
+                meta.safe_time,
+                Arc::new(move || {
+                    let mut g = sh.lock();
+                    g.pending = true;
+                    sh.wake_cv.notify_one();
+                }),
+            );
+        }
         let sh = shared.clone();
         let dir = received_dir.to_path_buf();
         let thread = std::thread::Builder::new()
@@ -306,9 +323,15 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
     let mut dirty = false;
     let mut last_persist = Instant::now();
     let mut warned = false;
+    let mut parts_reader: Option<Reader> = None;
     let result = loop {
         if sh.stop.load(Ordering::Acquire) {
             break Ok(());
+        }
+        if let Some(c) = &cfg.consistency {
+            if let Err(e) = apply_ready_parts(tablet, store, c, root, &mut parts_reader) {
+                break Err(e);
+            }
         }
         let r = match &mut reader {
             Some(r) => r,
@@ -350,6 +373,9 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
             };
             tracing::trace!(records = out.records, bytes = out.bytes, end = %end, "applied");
             sh.publish(out.applied_pos, out.safe_time);
+            if let Some(c) = &cfg.consistency {
+                c.after_batch(tablet, &out);
+            }
             dirty |= cfg.durability == Durability::Buffered;
             if dirty && last_persist.elapsed() >= cfg.persist_interval {
                 store.persist()?;
@@ -375,4 +401,62 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
         store.persist()?;
     }
     result
+}
+
+/// Applies the committed parts of `tablet` that the consistency core says are ready: the
+/// ops of the transaction's intents on this tablet, read back from the received log by
+/// position, as versions at `commit_ht`.
+fn apply_ready_parts(
+    tablet: &TabletId,
+    store: &Store,
+    c: &Consistency,
+    root: &Path,
+    reader: &mut Option<Reader>,
+) -> Result<()> {
+    let parts = c.take_ready(tablet);
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let wal = |source| Error::Wal {
+        tablet: tablet.clone(),
+        source,
+    };
+    for part in parts {
+        let st = store.txn(&part.txn)?.ok_or_else(|| {
+            Error::Invalid(format!(
+                "tablet {tablet}: ready part of unknown txn {}",
+                part.txn
+            ))
+        })?;
+        let mut ops = Vec::new();
+        if let Some(list) = st.intents.get(tablet) {
+            let r = match reader {
+                Some(r) => r,
+                None => reader.insert(Reader::open(root, tablet, ReadLimit::Durable).map_err(wal)?),
+            };
+            for ir in list {
+                let rec = r.read_at(ir.pos).map_err(wal)?;
+                match &rec.body {
+                    tidelog_wal::Body::Intent { ops: o, .. } => {
+                        ops.extend(o.iter().map(|op| (op.key.clone(), op.value.clone())));
+                    }
+                    _ => return Err(Error::Invalid(format!(
+                        "tablet {tablet}: position {} of txn {} holds a {} record, not an intent",
+                        ir.pos,
+                        part.txn,
+                        rec.kind().name()
+                    ))),
+                }
+            }
+        }
+        store.apply_part(
+            tablet,
+            &part.txn,
+            part.commit_ht,
+            &ops,
+            Durability::Buffered,
+        )?;
+        c.part_applied(&part);
+    }
+    Ok(())
 }

@@ -2,6 +2,8 @@
 //! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
 
 pub mod apply;
+pub mod consistency;
+pub mod core;
 pub mod error;
 pub mod intake;
 pub mod keys;

@@ -34,6 +34,8 @@ use crate::keys;
 pub const MVCC: &str = "mvcc";
 pub const TXNS: &str = "txns";
 pub const META: &str = "meta";
+/// Committed transactions not yet applied on every participant: `BE commit_ht ‖ txn` → ``.
+pub const PENDING: &str = "pending";
 
 /// Prefix of per-tablet keys in `meta`.
 const TABLET_PREFIX: &[u8] = b"tablet/";
@@ -115,6 +117,8 @@ pub struct TxnState {
     pub aborted: bool,
     pub trx_id: Option<TrxId>,
     pub gtid: Option<Gtid>,
+    /// Participants whose part (intents applied at commit_ht) is in `mvcc`.
+    pub applied_parts: std::collections::BTreeSet<TabletId>,
 }
 
 /// What one `apply` call did.
@@ -136,6 +140,8 @@ pub struct ApplyOutcome {
     /// The tablet's apply position and safe time after the call.
     pub applied_pos: WalPos,
     pub safe_time: HybridTime,
+    /// Commit records applied by this call: the transaction and its commit.
+    pub new_commits: Vec<(TxnId, CommitInfo)>,
 }
 
 /// The applier's store. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -144,6 +150,7 @@ pub struct Store {
     mvcc: Keyspace,
     txns: Keyspace,
     meta: Keyspace,
+    pending: Keyspace,
     /// Serializes read-modify-write of `txns` and `meta`.
     write_lock: Mutex<()>,
 }
@@ -173,12 +180,13 @@ impl Store {
             db.keyspace(name, KeyspaceCreateOptions::default)
                 .map_err(Error::store("open keyspace"))
         };
-        let (mvcc, txns, meta) = (ks(MVCC)?, ks(TXNS)?, ks(META)?);
+        let (mvcc, txns, meta, pending) = (ks(MVCC)?, ks(TXNS)?, ks(META)?, ks(PENDING)?);
         Ok(Store {
             db,
             mvcc,
             txns,
             meta,
+            pending,
             write_lock: Mutex::new(()),
         })
     }
@@ -468,12 +476,17 @@ impl Store {
                     if st.aborted {
                         tracing::warn!(%tablet, %txn, %pos, "commit received for an aborted transaction");
                     }
-                    st.commit = Some(CommitInfo {
+                    let ci = CommitInfo {
                         commit_ht: rec.ht,
                         tablet: tablet.clone(),
                         pos: *pos,
                         participants: participants.clone(),
-                    });
+                    };
+                    if st.commit.is_none() && !st.aborted {
+                        batch.insert(&self.pending, pending_key(rec.ht, txn), Vec::new());
+                        out.new_commits.push((*txn, ci.clone()));
+                    }
+                    st.commit = Some(ci);
                     if trx_id.is_some() {
                         st.trx_id = *trx_id;
                     }
@@ -533,6 +546,77 @@ impl Store {
         self.commit(batch, durability)?;
         out.applied_pos = meta.applied_pos;
         out.safe_time = meta.safe_time;
+        Ok(out)
+    }
+
+    /// Applies `tablet`'s part of the committed `txn`: its intents' `ops` (in log order)
+    /// as versions at `commit_ht`, and records the part as applied, in one atomic batch.
+    /// Once every participant's part is applied the transaction leaves `pending`.
+    /// Idempotent: a part already applied is not written again (returns false).
+    pub fn apply_part(
+        &self,
+        tablet: &TabletId,
+        txn: &TxnId,
+        commit_ht: HybridTime,
+        ops: &[(Vec<u8>, Option<Vec<u8>>)],
+        durability: Durability,
+    ) -> Result<bool> {
+        let _g = self.lock();
+        let mut st = self
+            .txn(txn)?
+            .ok_or_else(|| Error::Invalid(format!("tablet {tablet}: part of unknown txn {txn}")))?;
+        if st.applied_parts.contains(tablet) {
+            return Ok(false);
+        }
+        let mut batch = self.db.batch();
+        let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
+        for (k, v) in ops {
+            last.insert(k, v);
+        }
+        let mut key_buf = Vec::new();
+        for (k, v) in last {
+            key_buf.clear();
+            keys::encode_into(&mut key_buf, k, commit_ht);
+            batch.insert(&self.mvcc, key_buf.clone(), encode_value(v.as_deref()));
+        }
+        st.applied_parts.insert(tablet.clone());
+        let done = st
+            .commit
+            .as_ref()
+            .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)));
+        if done {
+            batch.remove(&self.pending, pending_key(commit_ht, txn));
+        }
+        batch.insert(&self.txns, txn.0.to_vec(), encode_txn(&st)?);
+        self.commit(batch, durability)?;
+        Ok(true)
+    }
+
+    /// Committed transactions not yet applied on every participant, by commit ht.
+    pub fn pending_txns(&self) -> Result<Vec<(TxnId, TxnState)>> {
+        let mut out = Vec::new();
+        for g in self.pending.iter() {
+            let (k, _) = g.into_inner().map_err(Error::store("scan pending"))?;
+            let id: [u8; 16] = k
+                .get(8..24)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        PENDING,
+                        format!("key {}", k.escape_ascii()),
+                        "expected 24 bytes",
+                    )
+                })?;
+            let txn = TxnId(id);
+            let st = self.txn(&txn)?.ok_or_else(|| {
+                Error::corrupt(
+                    PENDING,
+                    format!("txn {txn}"),
+                    "listed as pending but has no txns record",
+                )
+            })?;
+            out.push((txn, st));
+        }
         Ok(out)
     }
 
@@ -774,6 +858,14 @@ const TX_COMMIT: u8 = 1;
 const TX_ABORTED: u8 = 2;
 const TX_TRX_ID: u8 = 4;
 const TX_GTID: u8 = 8;
+const TX_APPLIED_PARTS: u8 = 16;
+
+fn pending_key(commit_ht: HybridTime, txn: &TxnId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(24);
+    k.extend_from_slice(&commit_ht.0.to_be_bytes());
+    k.extend_from_slice(&txn.0);
+    k
+}
 
 fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
@@ -790,6 +882,9 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     }
     if st.gtid.is_some() {
         flags |= TX_GTID;
+    }
+    if !st.applied_parts.is_empty() {
+        flags |= TX_APPLIED_PARTS;
     }
     out.push(flags);
     if let Some(t) = st.trx_id {
@@ -825,6 +920,14 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
             out.extend_from_slice(&r.ht.0.to_le_bytes());
         }
     }
+    if !st.applied_parts.is_empty() {
+        let n = u16::try_from(st.applied_parts.len())
+            .map_err(|_| Error::Invalid(format!("{} applied parts", st.applied_parts.len())))?;
+        out.extend_from_slice(&n.to_le_bytes());
+        for t in &st.applied_parts {
+            put_tablet(&mut out, t);
+        }
+    }
     Ok(out)
 }
 
@@ -835,7 +938,7 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
         return Err(format!("unknown format version {ver}"));
     }
     let flags = c.u8("flags")?;
-    if flags & !(TX_COMMIT | TX_ABORTED | TX_TRX_ID | TX_GTID) != 0 {
+    if flags & !(TX_COMMIT | TX_ABORTED | TX_TRX_ID | TX_GTID | TX_APPLIED_PARTS) != 0 {
         return Err(format!("unknown flags {flags:#04x}"));
     }
     let mut st = TxnState {
@@ -876,6 +979,12 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
         }
         if st.intents.insert(t.clone(), list).is_some() {
             return Err(format!("tablet {t} listed twice"));
+        }
+    }
+    if flags & TX_APPLIED_PARTS != 0 {
+        let n = c.u16("applied part count")?;
+        for _ in 0..n {
+            st.applied_parts.insert(c.tablet("applied part")?);
         }
     }
     c.end()?;

@@ -15,6 +15,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::consistency::Consistency;
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
 use tidelog_applier::tls::TlsMaterial;
@@ -59,6 +60,7 @@ pub fn tls_material(
 #[derive(Debug)]
 pub struct Appliers {
     store: Arc<Store>,
+    consistency: Arc<Consistency>,
     received: PathBuf,
     workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
     /// applied_records of each tablet when this process started (for record lag).
@@ -85,12 +87,12 @@ impl Appliers {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(t.clone(), base);
-        match ApplyWorker::start(
-            self.store.clone(),
-            &self.received,
-            t.clone(),
-            ApplyConfig::default(),
-        ) {
+        self.consistency.register_tablet(t);
+        let cfg = ApplyConfig {
+            consistency: Some(self.consistency.clone()),
+            ..ApplyConfig::default()
+        };
+        match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
             Ok(worker) => {
                 worker.notify();
                 w.insert(t.clone(), worker);
@@ -115,7 +117,8 @@ pub struct ApplierState {
     pub intake: Intake,
     pub appliers: Arc<Appliers>,
     pub store: Arc<Store>,
-    pub io_note: Option<String>,
+    pub consistency: Arc<Consistency>,
+    pub max_staleness: std::time::Duration,
 }
 
 async fn serve(cfg: ApplierConfig) -> Result<()> {
@@ -128,8 +131,13 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
             .await
             .context("opening the store")??,
     );
+    let (s2, expect) = (store.clone(), cfg.expect_tablets.clone());
+    let consistency = tokio::task::spawn_blocking(move || Consistency::start(s2, expect))
+        .await
+        .context("starting safe time")??;
     let appliers = Arc::new(Appliers {
         store: store.clone(),
+        consistency: consistency.clone(),
         received: cfg.data_dir.join("received"),
         workers: Mutex::new(BTreeMap::new()),
         base_records: Mutex::new(BTreeMap::new()),
@@ -161,7 +169,8 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         intake: intake.clone(),
         appliers: appliers.clone(),
         store: store.clone(),
-        io_note: None,
+        consistency: consistency.clone(),
+        max_staleness: cfg.max_staleness,
     };
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let socket = cfg.admin_socket.clone();
@@ -181,8 +190,10 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     intake.shutdown().await;
     let a4 = appliers.clone();
     let s2 = store.clone();
+    let c4 = consistency.clone();
     tokio::task::spawn_blocking(move || {
         a4.stop_all();
+        c4.stop();
         if let Err(e) = s2.persist() {
             tracing::error!("persisting the store: {e}");
         }
@@ -218,6 +229,8 @@ fn router(state: ApplierState) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/kv/{*key}", get(kv_get))
+        .route("/v1/scan", get(scan))
+        .route("/v1/safe-time", get(safe_time))
         .route("/v1/pause", post(pause))
         .route("/v1/resume", post(resume))
         .route("/metrics", get(metrics))
@@ -290,58 +303,106 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
     };
-    let safe = s
-        .store
-        .global_safe_time()
-        .map_err(|e| ApiError::internal(&e.into()))?;
+    let safe = s.consistency.safe_time();
     Ok(Json(json!({
         "role": role,
         "safe_time": ht(safe.unwrap_or_default()),
+        "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         "tablets": rows,
     })))
 }
 
 #[derive(Debug, Deserialize)]
-struct KvQuery {
+struct ReadQuery {
     mode: Option<String>,
     at: Option<String>,
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The read time of a request: `latest` (None), an explicit `at` (≤ safe time), or the
+/// safe time for `consistent` — refused with 503 when uninitialized or stale.
+fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiError> {
+    let at = match &q.at {
+        Some(a) => Some(HybridTime(admin::parse_ht("at", a)?)),
+        None => None,
+    };
+    let mode = q.mode.as_deref().unwrap_or("consistent");
+    if mode == "latest" {
+        if at.is_some() {
+            return Err(ApiError::bad_request(
+                "mode=latest and at=HT exclude each other",
+            ));
+        }
+        return Ok(None);
+    }
+    if mode != "consistent" {
+        return Err(ApiError::bad_request(format!(
+            "mode {mode:?}: expected consistent or latest"
+        )));
+    }
+    let report = s.consistency.report();
+    let Some(safe) = report.safe_time else {
+        return Err(ApiError::unavailable(
+            "safe_time_uninitialized",
+            format!(
+                "safe time is not initialized: {}",
+                report
+                    .uninitialized_reason
+                    .unwrap_or_else(|| "no tablet has reported yet".into())
+            ),
+        ));
+    };
+    if let Some(at) = at {
+        if at > safe {
+            return Err(ApiError::bad_request(format!(
+                "at={at} is above the safe time {safe}: not readable consistently yet"
+            )));
+        }
+        return Ok(Some(at));
+    }
+    let lag = std::time::Duration::from_micros(now_micros().saturating_sub(safe.physical_micros()));
+    if lag > s.max_staleness {
+        let laggiest = report
+            .laggiest
+            .map_or_else(|| "?".to_string(), |t| t.to_string());
+        return Err(ApiError::unavailable(
+            "stale_safe_time",
+            format!(
+                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}",
+                humantime::format_duration(
+                    std::time::Duration::from_millis(lag.as_millis() as u64)
+                ),
+                humantime::format_duration(s.max_staleness)
+            ),
+        ));
+    }
+    Ok(Some(safe))
+}
+
+fn latest_ht(s: &ApplierState) -> HybridTime {
+    let w = s.appliers.workers.lock().unwrap_or_else(|p| p.into_inner());
+    w.values().map(|w| w.safe_time()).max().unwrap_or_default()
 }
 
 async fn kv_get(
     State(s): State<ApplierState>,
     ApiPath(key): ApiPath<String>,
-    ApiQuery(q): ApiQuery<KvQuery>,
+    ApiQuery(q): ApiQuery<ReadQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let at = match &q.at {
-        Some(a) => Some(HybridTime(admin::parse_ht("at", a)?)),
-        None => None,
-    };
-    match q.mode.as_deref() {
-        Some("latest") => {}
-        None | Some("consistent") if at.is_some() => {}
-        None | Some("consistent") => {
-            return Err(ApiError::unavailable(
-                "safe_time_uninitialized",
-                "consistent reads need the global safe time, which this applier does not publish yet; read with mode=latest or at=HT",
-            ))
-        }
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "mode {other:?}: expected consistent or latest"
-            )))
-        }
-    }
+    let at = read_time(&s, &q)?;
     let store = s.store.clone();
     let k = key.clone().into_bytes();
     let v = tokio::task::spawn_blocking(move || store.get(&k, at))
         .await
         .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
         .map_err(|e| ApiError::internal(&e.into()))?;
-    let read_ht = at.unwrap_or_else(|| {
-        let w = s.appliers.workers.lock().unwrap_or_else(|p| p.into_inner());
-        w.values().map(|w| w.safe_time()).max().unwrap_or_default()
-    });
+    let read_ht = at.unwrap_or_else(|| latest_ht(&s));
     let (found, value, version) = match v {
         Some(v) => match v.value {
             Some(bytes) => (true, Some(JsonBytes(bytes)), Some(ht(v.ht))),
@@ -356,6 +417,80 @@ async fn kv_get(
         "version_ht": version,
         "read_ht": ht(read_ht),
     })))
+}
+
+#[derive(Debug, Deserialize)]
+struct ScanQuery {
+    prefix: Option<String>,
+    mode: Option<String>,
+    at: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn scan(
+    State(s): State<ApplierState>,
+    ApiQuery(q): ApiQuery<ScanQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let at = read_time(
+        &s,
+        &ReadQuery {
+            mode: q.mode.clone(),
+            at: q.at.clone(),
+        },
+    )?;
+    let limit = q.limit.unwrap_or(1000).clamp(1, 100_000);
+    let store = s.store.clone();
+    let prefix = q.prefix.clone().unwrap_or_default().into_bytes();
+    let (items, more) = tokio::task::spawn_blocking(move || store.scan(&prefix, at, limit))
+        .await
+        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+        .map_err(|e| ApiError::internal(&e.into()))?;
+    let read_ht = at.unwrap_or_else(|| latest_ht(&s));
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|(k, v, h)| json!({"key": JsonBytes(k), "value": JsonBytes(v), "version_ht": ht(h)}))
+        .collect();
+    Ok(Json(
+        json!({"read_ht": ht(read_ht), "items": items, "more": more}),
+    ))
+}
+
+async fn safe_time(State(s): State<ApplierState>) -> Json<Value> {
+    let r = s.consistency.report();
+    let now = now_micros();
+    let lag_ms = |h: HybridTime| now.saturating_sub(h.physical_micros()) / 1000;
+    let tablets: serde_json::Map<String, Value> = r
+        .tablets
+        .iter()
+        .map(|(t, h)| {
+            let lag = if *h == HybridTime::MIN {
+                Value::Null
+            } else {
+                json!(lag_ms(*h))
+            };
+            (t.to_string(), json!({"safe_time": ht(*h), "lag_ms": lag}))
+        })
+        .collect();
+    let reported: Vec<HybridTime> = r
+        .tablets
+        .values()
+        .copied()
+        .filter(|h| *h != HybridTime::MIN)
+        .collect();
+    let skew_ms = match (reported.iter().min(), reported.iter().max()) {
+        (Some(lo), Some(hi)) => (hi.physical_micros().saturating_sub(lo.physical_micros())) / 1000,
+        _ => 0,
+    };
+    Json(json!({
+        "initialized": r.safe_time.is_some(),
+        "safe_time": r.safe_time.map(ht),
+        "lag_ms": r.safe_time.map(lag_ms),
+        "laggiest_tablet": r.laggiest.map(|t| t.to_string()),
+        "reason": r.uninitialized_reason,
+        "skew_ms": skew_ms,
+        "pending_txns": r.pending_txns,
+        "tablets": tablets,
+    }))
 }
 
 #[derive(Debug, Deserialize)]

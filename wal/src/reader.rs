@@ -168,6 +168,27 @@ impl Reader {
         Ok(())
     }
 
+    /// Reads the record at `pos` (a record boundary; checked), keeping the read buffer when
+    /// `pos` lies in it, so random reads of recent records are cheap. The reader is left
+    /// positioned after that record.
+    pub fn read_at(&mut self, pos: WalPos) -> Result<Record> {
+        if self.segments.first().is_none_or(|f| pos < *f) {
+            self.refresh_segments()?;
+        }
+        self.pos = pos;
+        self.last_ht = None;
+        self.scan_done = false;
+        self.open_segment_for(pos)?;
+        match self.next()? {
+            Some((_, r)) => Ok(r),
+            None => Err(Error::BadPosition {
+                tablet: self.tablet.clone(),
+                pos,
+                reason: "no record there below the readable end".into(),
+            }),
+        }
+    }
+
     fn open_segment_for(&mut self, pos: WalPos) -> Result<()> {
         let idx = match self.segments.binary_search(&pos) {
             Ok(i) => i,

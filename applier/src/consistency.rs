@@ -1,0 +1,295 @@
+//! Safe time in the running applier: the [`Core`] behind a mutex for the apply workers,
+//! and the published global safe time that readers load **without a lock** (DESIGN §5).
+//!
+//! ```text
+//!  apply workers ──after_batch / part_applied──► Core (mutex) ──► ready parts → workers
+//!                                                   │ signal
+//!                                                   ▼
+//!  publisher thread: S = core.safe_time(); store.persist() (fsync); persist S; publish S
+//!                                                   │
+//!  readers: global.load(Acquire)  ◄─────────────────┘   waiters: wait_for(T, deadline)
+//! ```
+//!
+//! S is published only after the store batches it covers are durable, so a reader never
+//! sees a safe time that a crash could take back; it is persisted and starts from the
+//! persisted value, so it never goes backwards, not even across a restart.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::utils::CachePadded;
+use tidelog_wal::{HybridTime, TabletId};
+
+use crate::core::{Core, Part, SafeTime};
+use crate::error::Result;
+use crate::store::{ApplyOutcome, Durability, Store};
+
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+struct Wakers(BTreeMap<TabletId, Waker>);
+
+impl std::fmt::Debug for Wakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+/// A snapshot for `GET /v1/safe-time`.
+#[derive(Clone, Debug)]
+pub struct SafeTimeReport {
+    /// The published global safe time (`None`: not initialized).
+    pub safe_time: Option<HybridTime>,
+    /// Why it is not initialized, or which tablet holds it back.
+    pub laggiest: Option<TabletId>,
+    pub uninitialized_reason: Option<String>,
+    /// Per tablet: its applied safe time.
+    pub tablets: BTreeMap<TabletId, HybridTime>,
+    /// Committed transactions not yet applied everywhere.
+    pub pending_txns: usize,
+}
+
+/// The running safe-time machinery of one applier.
+#[derive(Debug)]
+pub struct Consistency {
+    core: Mutex<Core>,
+    store: Arc<Store>,
+    /// Published global safe time; 0 = not initialized. Readers load it lock-free.
+    global: CachePadded<AtomicU64>,
+    /// Per-tablet applied safe times, published by the workers.
+    tablet_safe: Mutex<BTreeMap<TabletId, Arc<CachePadded<AtomicU64>>>>,
+    wakers: Mutex<Wakers>,
+    signal: Mutex<bool>,
+    signal_cv: Condvar,
+    advanced: Mutex<()>,
+    advanced_cv: Condvar,
+    watch: tokio::sync::watch::Sender<u64>,
+    stop: AtomicBool,
+    publisher: Mutex<Option<JoinHandle<()>>>,
+    last: Mutex<(Option<TabletId>, Option<String>)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Consistency {
+    /// Rebuilds the core from the store (tablets and their applied safe times, pending
+    /// commits with the parts already applied) and starts the publisher.
+    pub fn start(store: Arc<Store>, expected: Vec<TabletId>) -> Result<Arc<Consistency>> {
+        let mut core = Core::new(expected);
+        for (t, m) in store.tablets()? {
+            core.register(&t, m.safe_time);
+        }
+        for (txn, st) in store.pending_txns()? {
+            if let Some(c) = &st.commit {
+                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
+            }
+        }
+        let persisted = store.global_safe_time()?.unwrap_or_default();
+        let (watch, _) = tokio::sync::watch::channel(persisted.0);
+        let c = Arc::new(Consistency {
+            core: Mutex::new(core),
+            store,
+            global: CachePadded::new(AtomicU64::new(persisted.0)),
+            tablet_safe: Mutex::new(BTreeMap::new()),
+            wakers: Mutex::new(Wakers(BTreeMap::new())),
+            signal: Mutex::new(true),
+            signal_cv: Condvar::new(),
+            advanced: Mutex::new(()),
+            advanced_cv: Condvar::new(),
+            watch,
+            stop: AtomicBool::new(false),
+            publisher: Mutex::new(None),
+            last: Mutex::new((None, None)),
+        });
+        let c2 = c.clone();
+        let h = std::thread::Builder::new()
+            .name("safe-time".into())
+            .spawn(move || c2.publisher_loop())
+            .map_err(|source| crate::error::Error::Io {
+                op: "spawn the safe-time publisher",
+                path: Default::default(),
+                source,
+            })?;
+        *lock(&c.publisher) = Some(h);
+        Ok(c)
+    }
+
+    /// Registers tablet `t`'s worker: `wake` is called when parts become ready for it.
+    pub fn register_worker(&self, t: &TabletId, safe: HybridTime, wake: Waker) {
+        lock(&self.core).register(t, safe);
+        lock(&self.tablet_safe)
+            .entry(t.clone())
+            .or_insert_with(|| Arc::new(CachePadded::new(AtomicU64::new(safe.0))));
+        lock(&self.wakers).0.insert(t.clone(), wake);
+        self.kick();
+    }
+
+    /// Makes `t` count for safe time before its worker starts (a registered tablet).
+    pub fn register_tablet(&self, t: &TabletId) {
+        lock(&self.core).register(t, HybridTime::MIN);
+        self.kick();
+    }
+
+    /// Tablet `t` applied a batch: record its commits and its new safe time; wake the
+    /// workers that got ready parts.
+    pub fn after_batch(&self, t: &TabletId, out: &ApplyOutcome) {
+        let mut woken = Vec::new();
+        {
+            let mut core = lock(&self.core);
+            for (txn, ci) in &out.new_commits {
+                core.commit(*txn, ci.commit_ht, &ci.participants, &Default::default());
+                for p in &ci.participants {
+                    if p != t && core.has_ready(p) {
+                        woken.push(p.clone());
+                    }
+                }
+            }
+            core.advance(t, out.safe_time);
+        }
+        if let Some(a) = lock(&self.tablet_safe).get(t) {
+            a.fetch_max(out.safe_time.0, Ordering::Release);
+        }
+        if !woken.is_empty() {
+            let w = lock(&self.wakers);
+            for p in woken {
+                if let Some(f) = w.0.get(&p) {
+                    f();
+                }
+            }
+        }
+        self.kick();
+    }
+
+    /// Parts tablet `t`'s worker must apply now.
+    pub fn take_ready(&self, t: &TabletId) -> Vec<Part> {
+        lock(&self.core).take_ready(t)
+    }
+
+    /// `part` is applied (its batch committed to the store).
+    pub fn part_applied(&self, part: &Part) {
+        lock(&self.core).part_applied(part);
+        self.kick();
+    }
+
+    fn kick(&self) {
+        *lock(&self.signal) = true;
+        self.signal_cv.notify_one();
+    }
+
+    /// The published global safe time (lock-free), `None` before it is initialized.
+    pub fn safe_time(&self) -> Option<HybridTime> {
+        match self.global.load(Ordering::Acquire) {
+            0 => None,
+            v => Some(HybridTime(v)),
+        }
+    }
+
+    /// A tokio watch of the published safe time (0 = uninitialized), for async waiters.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.watch.subscribe()
+    }
+
+    /// Blocks until the published safe time is ≥ `ht` or `deadline`; whether it got there.
+    pub fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
+        let mut g = lock(&self.advanced);
+        loop {
+            if self.safe_time().is_some_and(|s| s >= ht) {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            g = self
+                .advanced_cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// What `GET /v1/safe-time` shows.
+    pub fn report(&self) -> SafeTimeReport {
+        let core = lock(&self.core);
+        let tablets = core.tablets().map(|(t, s)| (t.clone(), s)).collect();
+        let pending_txns = core.pending_len();
+        drop(core);
+        let (laggiest, reason) = lock(&self.last).clone();
+        SafeTimeReport {
+            safe_time: self.safe_time(),
+            laggiest,
+            uninitialized_reason: reason,
+            tablets,
+            pending_txns,
+        }
+    }
+
+    /// Stops the publisher (after one last publish).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.kick();
+        if let Some(h) = lock(&self.publisher).take() {
+            let _ = h.join();
+        }
+    }
+
+    fn publisher_loop(&self) {
+        loop {
+            {
+                let mut g = lock(&self.signal);
+                if !*g && !self.stop.load(Ordering::SeqCst) {
+                    g = self
+                        .signal_cv
+                        .wait_timeout(g, Duration::from_millis(50))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                *g = false;
+            }
+            let computed = lock(&self.core).safe_time();
+            let candidate = match &computed {
+                SafeTime::At { ht, laggiest } => {
+                    *lock(&self.last) = (Some(laggiest.clone()), None);
+                    Some(*ht)
+                }
+                SafeTime::Uninitialized { missing } => {
+                    *lock(&self.last) = (
+                        Some(missing.clone()),
+                        Some(format!("tablet {missing} has not reported yet")),
+                    );
+                    None
+                }
+                SafeTime::NoTablets => {
+                    *lock(&self.last) = (None, Some("no tablets registered yet".into()));
+                    None
+                }
+            };
+            if let Some(ht) = candidate {
+                if ht.0 > self.global.load(Ordering::Acquire) {
+                    // Durable first: the batches this safe time covers, then the value.
+                    let r = self
+                        .store
+                        .persist()
+                        .and_then(|()| self.store.raise_global_safe_time(ht, Durability::Buffered));
+                    match r {
+                        Ok(_) => {
+                            self.global.fetch_max(ht.0, Ordering::Release);
+                            self.watch.send_replace(self.global.load(Ordering::Acquire));
+                            let _g = lock(&self.advanced);
+                            self.advanced_cv.notify_all();
+                        }
+                        Err(e) => tracing::error!("persisting safe time {ht}: {e}"),
+                    }
+                }
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                let _ = self.store.persist();
+                return;
+            }
+        }
+    }
+}
