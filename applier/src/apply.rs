@@ -440,12 +440,14 @@ fn apply_ready_parts(
                     tidelog_wal::Body::Intent { ops: o, .. } => {
                         ops.extend(o.iter().map(|op| (op.key.clone(), op.value.clone())));
                     }
-                    _ => return Err(Error::Invalid(format!(
+                    _ => {
+                        return Err(Error::Invalid(format!(
                         "tablet {tablet}: position {} of txn {} holds a {} record, not an intent",
                         ir.pos,
                         part.txn,
                         rec.kind().name()
-                    ))),
+                    )))
+                    }
                 }
             }
         }
