@@ -27,7 +27,7 @@ enum Rec {
     Write(Vec<(Key, Value)>),
     Intent(TxnId, Vec<(Key, Value)>),
     Commit(TxnId, Vec<TabletId>),
-    Abort(TxnId),
+    Abort,
     Heartbeat,
 }
 
@@ -102,7 +102,7 @@ fn build(rng: &mut StdRng) -> History {
                 let status = parts[0].0;
                 let ht = tick(rng);
                 if rng.random_ratio(1, 6) {
-                    streams[status].push((ht, Rec::Abort(txn)));
+                    streams[status].push((ht, Rec::Abort));
                 } else {
                     let participants = vec![tablet(parts[0].0), tablet(parts[1].0)];
                     streams[status].push((ht, Rec::Commit(txn, participants)));
@@ -221,7 +221,7 @@ fn run_seed(seed: u64) {
                     Rec::Write(ops) => ops.iter().for_each(|(key, v)| mvcc.put(*key, *ht, *v)),
                     Rec::Intent(txn, ops) => intents.entry((*txn, t)).or_default().extend(ops),
                     Rec::Commit(txn, ps) => commits.push((*txn, *ht, ps.clone())),
-                    Rec::Abort(_) | Rec::Heartbeat => {}
+                    Rec::Abort | Rec::Heartbeat => {}
                 }
             }
             delivered[t] += k;
