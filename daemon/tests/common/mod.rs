@@ -36,6 +36,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn new(root: &Path, sync: &str, extra_shipper: &str) -> Cluster {
+        Cluster::with(root, sync, "", extra_shipper)
+    }
+
+    /// Like `new`, with extra top-level applier keys (e.g. `max-staleness = "1m"\n`).
+    pub fn with(root: &Path, sync: &str, extra_applier: &str, extra_shipper: &str) -> Cluster {
         let st = Command::new(bin())
             .args(["certs", "init", "--dir"])
             .arg(root.join("tls"))
@@ -63,7 +68,7 @@ impl Cluster {
         std::fs::write(
             &c.applier_cfg,
             format!(
-                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"{sync}\"\nsegment-size = \"1MiB\"\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
+                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"{sync}\"\nsegment-size = \"1MiB\"\n{extra_applier}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
                 c.data.display(),
                 c.applier_sock.display(),
                 t("ca.pem"),

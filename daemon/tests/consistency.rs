@@ -1,0 +1,196 @@
+//! Consistent reads with real daemons: safe time initialization (`expect-tablets`), the
+//! staleness guard, atomic visibility of a distributed transaction, and a paused tablet
+//! stalling safe time while `latest` shows the partial state.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use serde_json::Value;
+
+/// Hybrid time `ago` before now.
+fn ht_ago(ago: Duration) -> u64 {
+    let us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+        - ago.as_micros() as u64;
+    us << 12
+}
+
+/// Appends JSON-line records with `tidelog wal append`.
+fn append(wal: &std::path::Path, lines: &[String]) {
+    let mut c = Command::new(bin())
+        .args(["wal", "append", "--sync", "always", "--dir"])
+        .arg(wal)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(lines.join("\n").as_bytes())
+        .unwrap();
+    assert!(c.wait().unwrap().success());
+}
+
+fn write(t: &str, ht: u64, key: &str, v: &str) -> String {
+    format!(
+        r#"{{"tablet":"{t}","kind":"write","ht":"{ht}","ops":[{{"key":"{key}","value":"{v}"}}]}}"#
+    )
+}
+fn intent(t: &str, ht: u64, txn: u32, key: &str, v: &str) -> String {
+    format!(
+        r#"{{"tablet":"{t}","kind":"intent","ht":"{ht}","txn":"{txn:032x}","trx_id":"7:{txn}","ops":[{{"key":"{key}","value":"{v}"}}]}}"#
+    )
+}
+fn commit(t: &str, ht: u64, txn: u32, parts: &[&str]) -> String {
+    let p: Vec<String> = parts.iter().map(|p| format!("\"{p}\"")).collect();
+    format!(
+        r#"{{"tablet":"{t}","kind":"commit","ht":"{ht}","txn":"{txn:032x}","participants":[{}],"trx_id":"7:{txn}","gtid":"0-1-{txn}"}}"#,
+        p.join(",")
+    )
+}
+fn heartbeat(t: &str, ht: u64) -> String {
+    format!(r#"{{"tablet":"{t}","kind":"heartbeat","ht":"{ht}"}}"#)
+}
+
+fn get(c: &Cluster, key: &str, mode: &str) -> (u16, Value) {
+    api(&c.applier_sock, "GET", &format!("/v1/kv/{key}?mode={mode}")).unwrap_or((0, Value::Null))
+}
+
+fn safe_time(c: &Cluster) -> Value {
+    api(&c.applier_sock, "GET", "/v1/safe-time").map_or(Value::Null, |r| r.1)
+}
+
+#[test]
+fn uninitialized_then_stale_then_fresh() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::with(
+        tmp.path(),
+        "batch",
+        "max-staleness = \"1m\"\nexpect-tablets = [\"a\", \"b\"]\n",
+        "",
+    );
+    let old = ht_ago(Duration::from_secs(3600));
+    append(&c.wal, &[write("a", old, "k", "1")]);
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    wait_for("tablet a applied", Duration::from_secs(30), || {
+        api(&c.applier_sock, "GET", "/v1/status")
+            .is_some_and(|(_, s)| s["tablets"]["a"]["applied_pos"].as_u64() > Some(0))
+    });
+    // b is expected but has not reported: 503 naming b.
+    let (st, body) = get(&c, "k", "consistent");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"], "safe_time_uninitialized");
+    assert!(body["message"].as_str().unwrap().contains('b'), "{body}");
+    assert_eq!(safe_time(&c)["initialized"], false);
+    // latest works regardless.
+    let (st, body) = get(&c, "k", "latest");
+    assert_eq!((st, body["value"].as_str()), (200, Some("1")));
+    // b reports, but an hour ago: stale, naming the laggiest tablet.
+    append(&c.wal, &[heartbeat("b", old + 10)]);
+    wait_for("safe time initialized", Duration::from_secs(30), || {
+        safe_time(&c)["initialized"] == true
+    });
+    let (st, body) = get(&c, "k", "consistent");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"], "stale_safe_time");
+    let msg = body["message"].as_str().unwrap();
+    assert!(msg.contains("laggiest tablet a"), "{msg}");
+    // Both fresh: served, at the safe time.
+    let now = ht_ago(Duration::ZERO);
+    append(
+        &c.wal,
+        &[write("a", now, "k", "2"), heartbeat("b", now + 1)],
+    );
+    wait_for("a fresh consistent read", Duration::from_secs(30), || {
+        get(&c, "k", "consistent").0 == 200
+    });
+    let (_, body) = get(&c, "k", "consistent");
+    assert_eq!(body["value"], "2");
+    let st = safe_time(&c);
+    assert_eq!(body["read_ht"], st["safe_time"]);
+    assert!(st["lag_ms"].as_u64().unwrap() < 60_000);
+}
+
+#[test]
+fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_stalls_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    let h = ht_ago(Duration::ZERO);
+    append(
+        &c.wal,
+        &[
+            write("a", h, "acct/1", "100"),
+            write("b", h + 1, "acct/2", "100"),
+            heartbeat("a", h + 2),
+            heartbeat("b", h + 3),
+        ],
+    );
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    wait_for(
+        "initial balances at safe time",
+        Duration::from_secs(30),
+        || {
+            get(&c, "acct/2", "consistent").1["value"] == "100"
+                && get(&c, "acct/1", "consistent").1["value"] == "100"
+        },
+    );
+    // Pause tablet b's stream at the applier, then transfer 10 from acct/1 (a) to acct/2 (b).
+    let (st, _) = api(&c.applier_sock, "POST", "/v1/pause?tablet=b").unwrap();
+    assert_eq!(st, 200);
+    append(
+        &c.wal,
+        &[
+            intent("a", h + 10, 42, "acct/1", "90"),
+            intent("b", h + 11, 42, "acct/2", "110"),
+            commit("a", h + 12, 42, &["a", "b"]),
+            heartbeat("a", h + 13),
+            heartbeat("b", h + 14),
+        ],
+    );
+    // a's part is applied (latest shows the partial state) ...
+    wait_for("a's part applied", Duration::from_secs(30), || {
+        get(&c, "acct/1", "latest").1["value"] == "90"
+    });
+    assert_eq!(get(&c, "acct/2", "latest").1["value"], "100", "b is paused");
+    // ... while safe time stays below the commit: consistent reads show neither part.
+    let st = safe_time(&c);
+    let safe: u64 = st["safe_time"].as_str().unwrap().parse().unwrap();
+    assert!(
+        safe < h + 12,
+        "safe time {safe} passed the commit of a transaction not applied on b"
+    );
+    assert_eq!(st["laggiest_tablet"], "b");
+    assert_eq!(get(&c, "acct/1", "consistent").1["value"], "100");
+    assert_eq!(get(&c, "acct/2", "consistent").1["value"], "100");
+    // Resume: both parts at the safe time, total constant.
+    let (st, _) = api(&c.applier_sock, "POST", "/v1/resume?tablet=b").unwrap();
+    assert_eq!(st, 200);
+    wait_for("the transaction visible", Duration::from_secs(30), || {
+        get(&c, "acct/2", "consistent").1["value"] == "110"
+    });
+    let (_, a) = get(&c, "acct/1", "consistent");
+    let (_, b) = get(&c, "acct/2", "consistent");
+    assert_eq!(
+        (a["value"].as_str(), b["value"].as_str()),
+        (Some("90"), Some("110"))
+    );
+    assert_eq!(a["version_ht"], (h + 12).to_string());
+    let (_, scan) = api(&c.applier_sock, "GET", "/v1/scan?prefix=acct/").unwrap();
+    let total: i64 = scan["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["value"].as_str().unwrap().parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(total, 200);
+}
