@@ -17,6 +17,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -122,6 +123,15 @@ impl WalOptions {
     }
 }
 
+impl SyncState {
+    /// Drops sealed segments wholly below `synced`: they need no more syncing.
+    fn prune(&mut self) {
+        while self.segs.len() > 1 && self.segs[0].limit() <= self.synced {
+            self.segs.remove(0);
+        }
+    }
+}
+
 /// Sync state shared with the batch flusher.
 #[derive(Debug)]
 struct SyncState {
@@ -139,6 +149,9 @@ struct Shared {
     state: Mutex<SyncState>,
     wake: Condvar,
     control: ControlFile,
+    /// Set (after `SyncState::failed`) when a sync failed, so the `None` commit path can
+    /// check for poisoning without taking the lock.
+    failed_flag: AtomicBool,
 }
 
 impl Shared {
@@ -168,6 +181,7 @@ impl Shared {
                 {
                     let mut st = self.lock();
                     st.failed = Some(e.to_string());
+                    self.failed_flag.store(true, Ordering::Release);
                     tracing::error!(error = %e, "WAL sync failed; the writer is poisoned");
                     return Err(e);
                 }
@@ -177,10 +191,7 @@ impl Shared {
         if to > st.synced {
             st.synced = to;
         }
-        // Sealed segments wholly below `synced` need no more syncing.
-        while st.segs.len() > 1 && st.segs[0].limit() <= st.synced {
-            st.segs.remove(0);
-        }
+        st.prune();
         drop(st);
         self.control.raise_durable(to);
         Ok(())
@@ -216,6 +227,10 @@ pub struct Writer {
     report: RecoveryReport,
     /// Whether new segments must be created durably (false while commits use `None`).
     durable_segments: bool,
+    /// `None` commits since the last `settle_none`: they published `written_pos` and
+    /// `durable_pos` through the control file only, without the lock; `SyncState`'s
+    /// `written`/`synced` still lag behind `committed`.
+    unsettled_none: bool,
 }
 
 impl Writer {
@@ -259,6 +274,7 @@ impl Writer {
             }),
             wake: Condvar::new(),
             control,
+            failed_flag: AtomicBool::new(false),
         });
         Ok(Writer {
             tablet: tablet.clone(),
@@ -274,6 +290,7 @@ impl Writer {
             flusher: None,
             report,
             durable_segments: true,
+            unsettled_none: false,
         })
     }
 
@@ -388,26 +405,34 @@ impl Writer {
     /// Returns the new written position.
     pub fn commit(&mut self, sync: SyncPolicy) -> Result<WalPos> {
         let end = self.staged_pos();
+        if sync != SyncPolicy::None {
+            self.settle_none();
+        }
         self.durable_segments = sync != SyncPolicy::None;
         self.committed = end;
         self.committed_ht = self.staged_ht;
-        self.shared.control.set_written(end);
         match sync {
             SyncPolicy::None => {
-                let mut st = self.shared.lock();
-                if let Some(f) = &st.failed {
-                    return Err(poisoned(f));
+                // No lock on this path: two atomic stores to the control file. The lock
+                // state catches up in `settle_none` (rotation, a durable commit, sync,
+                // close).
+                if self.shared.failed_flag.load(Ordering::Acquire) {
+                    self.shared.control.set_written(end);
+                    let st = self.shared.lock();
+                    if let Some(f) = &st.failed {
+                        return Err(poisoned(f));
+                    }
                 }
-                st.written = end;
-                st.synced = st.synced.max(end);
-                drop(st);
-                self.shared.control.raise_durable(end);
+                self.unsettled_none = true;
+                self.shared.control.publish_unsynced(end);
             }
             SyncPolicy::Always => {
+                self.shared.control.set_written(end);
                 self.shared.lock().written = end;
                 self.shared.sync_to(end)?;
             }
             SyncPolicy::Batch => {
+                self.shared.control.set_written(end);
                 self.ensure_flusher();
                 let mut st = self.shared.lock();
                 if let Some(f) = &st.failed {
@@ -424,8 +449,22 @@ impl Writer {
         Ok(end)
     }
 
+    /// Brings the lock state up to the `None` commits made since the last call: they are
+    /// declared synced, and sealed segments below them stop being tracked for syncing.
+    fn settle_none(&mut self) {
+        if !self.unsettled_none {
+            return;
+        }
+        self.unsettled_none = false;
+        let mut st = self.shared.lock();
+        st.written = st.written.max(self.committed);
+        st.synced = st.synced.max(self.committed);
+        st.prune();
+    }
+
     /// Makes everything committed durable now.
     pub fn sync(&mut self) -> Result<WalPos> {
+        self.settle_none();
         self.shared.sync_to(self.committed)?;
         Ok(self.committed)
     }
@@ -433,6 +472,10 @@ impl Writer {
     /// Blocks until `durable_pos ≥ pos` or `timeout`; returns whether it got there.
     pub fn wait_durable(&self, pos: WalPos, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
+        // `None` commits raise durable_pos in the control file without the lock.
+        if self.shared.control.durable() >= pos {
+            return true;
+        }
         let mut st = self.shared.lock();
         loop {
             if st.synced >= pos || st.failed.is_some() {
@@ -486,6 +529,7 @@ impl Writer {
             self.opts.segment_size,
             self.durable_segments,
         )?);
+        self.settle_none();
         self.shared.lock().segs.push(seg.clone());
         self.active = seg;
         self.segments.push(first);
@@ -538,6 +582,7 @@ impl Writer {
     }
 
     fn shutdown(&mut self) -> Result<()> {
+        self.settle_none();
         let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced
         {
             self.shared.sync_to(self.committed)
