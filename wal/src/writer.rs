@@ -18,7 +18,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -208,6 +208,23 @@ fn poisoned(reason: &str) -> Error {
     )
 }
 
+/// The next segment, created and pre-faulted by a background thread.
+#[derive(Debug)]
+struct SpareJob {
+    /// The spare file, sent once created and mapped (before the pre-fault finishes).
+    rx: mpsc::Receiver<Result<MappedSegment>>,
+    /// Stops the pre-fault early.
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+impl SpareJob {
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.handle.join();
+    }
+}
+
 /// Appends records to one tablet's log.
 #[derive(Debug)]
 pub struct Writer {
@@ -231,6 +248,12 @@ pub struct Writer {
     /// `durable_pos` through the control file only, without the lock; `SyncState`'s
     /// `written`/`synced` still lag behind `committed`.
     unsettled_none: bool,
+    /// The spare being prepared for the next rotation (started once the active segment is
+    /// a quarter full).
+    spare: Option<SpareJob>,
+    /// The thread still pre-faulting the active segment (a spare taken before its
+    /// pre-fault finished).
+    prefaulting: Option<SpareJob>,
 }
 
 impl Writer {
@@ -291,6 +314,8 @@ impl Writer {
             report,
             durable_segments: true,
             unsettled_none: false,
+            spare: None,
+            prefaulting: None,
         })
     }
 
@@ -363,6 +388,9 @@ impl Writer {
         rec.encode_at(pos, dst);
         self.off += total;
         self.staged_ht = Some(rec.ht);
+        if self.spare.is_none() && self.off >= self.active.capacity / 4 {
+            self.start_spare();
+        }
         Ok(pos)
     }
 
@@ -522,13 +550,19 @@ impl Writer {
             &self.dir,
             std::io::Error::other("failpoint wal::rotate::err")
         )));
-        let seg = Arc::new(MappedSegment::create(
-            &self.dir,
-            &self.tablet,
-            first,
-            self.opts.segment_size,
-            self.durable_segments,
-        )?);
+        let seg = match self.take_spare() {
+            Some(spare) => {
+                spare.activate_spare(&self.dir, &self.tablet, first, self.durable_segments)?
+            }
+            None => MappedSegment::create(
+                &self.dir,
+                &self.tablet,
+                first,
+                self.opts.segment_size,
+                self.durable_segments,
+            )?,
+        };
+        let seg = Arc::new(seg);
         self.settle_none();
         self.shared.lock().segs.push(seg.clone());
         self.active = seg;
@@ -538,6 +572,82 @@ impl Writer {
             tracing::warn!(tablet = %self.tablet, error = %e, "retention failed; segments kept");
         }
         Ok(())
+    }
+
+    /// Starts preparing the next segment in a background thread: create `spare.seg.partial`
+    /// (preallocated), map it, hand it over, then pre-fault it, so the rotation does no file
+    /// creation inline and the appends after it take no page faults that zero fresh
+    /// page-cache pages. Pre-faulted for write (dirty, no fault left at all) while commits
+    /// use `None`; for read otherwise, so a durable rotation's fdatasync does not write
+    /// back a whole segment of zeros.
+    fn start_spare(&mut self) {
+        if let Some(job) = self.prefaulting.take() {
+            job.finish();
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = self.dir.clone();
+        let size = self.opts.segment_size;
+        let write = !self.durable_segments;
+        let stop2 = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("wal-spare-{}", self.tablet))
+            .spawn(move || {
+                let seg = MappedSegment::create_spare(&dir, size);
+                let pf = seg.as_ref().ok().map(MappedSegment::prefaulter);
+                if tx.send(seg).is_err() {
+                    return;
+                }
+                if let Some(pf) = pf {
+                    pf.run(write, &stop2);
+                }
+            });
+        match spawned {
+            Ok(handle) => self.spare = Some(SpareJob { rx, stop, handle }),
+            Err(e) => {
+                tracing::warn!(tablet = %self.tablet, error = %e, "cannot start the spare segment thread; segments are created at rotation")
+            }
+        }
+    }
+
+    /// The prepared spare, waiting for its creation if needed; `None` when there is none or
+    /// preparing it failed (the caller creates the segment itself).
+    fn take_spare(&mut self) -> Option<MappedSegment> {
+        let job = self.spare.take()?;
+        match job.rx.recv() {
+            Ok(Ok(seg)) => {
+                // It may still be pre-faulting; the writer can overtake it safely.
+                if let Some(old) = self.prefaulting.replace(job) {
+                    old.finish();
+                }
+                Some(seg)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(tablet = %self.tablet, error = %e, "preparing the spare segment failed; creating it at rotation");
+                job.finish();
+                None
+            }
+            Err(_) => {
+                job.finish();
+                None
+            }
+        }
+    }
+
+    /// Stops the background segment threads and removes an unused spare.
+    fn drop_spare(&mut self) {
+        if let Some(job) = self.prefaulting.take() {
+            job.finish();
+        }
+        if let Some(job) = self.spare.take() {
+            job.finish();
+            let path = self.dir.join(segment::SPARE_FILE);
+            if let Err(e) = std::fs::remove_file(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot remove the spare segment; recovery will");
+                }
+            }
+        }
     }
 
     /// Deletes sealed segments the shipper has acknowledged, and the oldest ones past
@@ -582,6 +692,7 @@ impl Writer {
     }
 
     fn shutdown(&mut self) -> Result<()> {
+        self.drop_spare();
         self.settle_none();
         let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced
         {

@@ -140,7 +140,16 @@ fn none_commits_mixed_with_durable_policies_across_rotations() {
         .map(|r| r.unwrap())
         .collect();
     assert_eq!(got, want);
+    // Rotations used spares prepared in the background; close removes the unused one.
+    let names: Vec<String> = std::fs::read_dir(d.path().join("mix"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".partial")), "{names:?}");
+    // A spare left by a crash is an interrupted creation: recovery deletes it.
+    std::fs::write(d.path().join("mix").join("spare.seg.partial"), [0u8; 4096]).unwrap();
     let w = Writer::open(d.path(), &t, opts(8192)).unwrap();
     assert_eq!(w.written_pos(), end);
     assert_eq!(w.recovery_report().dropped_bytes, 0);
+    assert!(!d.path().join("mix").join("spare.seg.partial").exists());
 }
