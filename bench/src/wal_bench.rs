@@ -390,13 +390,7 @@ fn run_one(
         std::fs::create_dir_all(&d)?;
         let until = Instant::now() + duration;
         let min_bytes = warmup_bytes.min(mem_available() / 3);
-        let w = baseline_memcpy(
-            &bytes,
-            u64::MAX,
-            Some((until, min_bytes)),
-            segment_size,
-            &d,
-        )?;
+        let w = baseline_memcpy(&bytes, u64::MAX, Some((until, min_bytes)), segment_size, &d)?;
         // No sync here: the files are deleted (their dirty pages dropped, not written), and
         // the WAL starts at once on the memory they freed.
         std::fs::remove_dir_all(&d).with_context(|| format!("remove {}", d.display()))?;
