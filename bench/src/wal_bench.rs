@@ -24,8 +24,11 @@
 //!   [`Record::encode`], into preallocated (`posix_fallocate`) memory-mapped files of the
 //!   segment size, rotated at the same record boundaries as the WAL (records start after a
 //!   128-byte header gap); the same number of records as the WAL wrote; no checksum, no
-//!   madvise, no clock reads inside the loop. The first file is created before the clock
-//!   starts, as the WAL's first segment is created by `Writer::open`.
+//!   clock reads inside the loop. The first file is created before the clock starts, as the
+//!   WAL's first segment is created by `Writer::open`; every later file is created, mapped
+//!   and pre-faulted (`MADV_POPULATE_WRITE`) by a background thread started when the
+//!   current file is a quarter full — exactly what the WAL does for its next segment — so
+//!   both sides have the same page-fault exposure (both pre-fault, the same way).
 //!   Before the WAL runs, an untimed-for-the-ratio memcpy warm-up (deleted before the WAL
 //!   starts) makes both measured phases reuse page-cache memory the guest already touched:
 //!   on this VM, guest memory never touched before costs a host fault on first touch
@@ -45,12 +48,14 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use memmap2::MmapMut;
+use memmap2::MmapRaw;
 use serde::Serialize;
 use tidelog_wal::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
@@ -587,16 +592,79 @@ fn create_prealloc(dir: &Path, k: usize, size: u64) -> Result<File> {
     Ok(file)
 }
 
-fn map_segment(file: &File) -> Result<MmapMut> {
-    // SAFETY: the file is ours alone (a fresh file in our temporary directory); nothing
-    // truncates it while it is mapped.
-    // No madvise: this is the raw reference (the WAL's MADV_SEQUENTIAL is a WAL choice and
-    // is measured as part of the WAL).
-    unsafe { MmapMut::map_mut(file) }.context("mmap")
+fn map_segment(file: &File) -> Result<Arc<MmapRaw>> {
+    // No madvise(MADV_SEQUENTIAL): the WAL does not use it either.
+    Ok(Arc::new(MmapRaw::map_raw(file).context("mmap")?))
+}
+
+/// The next baseline file, prepared like the WAL prepares its next segment: created,
+/// preallocated and mapped by a background thread once the current file is a quarter full,
+/// handed over as soon as it is mapped, and pre-faulted with `MADV_POPULATE_WRITE` by the
+/// same thread (the writer may overtake it).
+struct NextFile {
+    rx: mpsc::Receiver<Result<Arc<MmapRaw>>>,
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl NextFile {
+    fn start(dir: &Path, k: usize, segment_size: u64) -> NextFile {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let dir = dir.to_path_buf();
+        let handle = std::thread::spawn(move || {
+            let map = create_prealloc(&dir, k, segment_size).and_then(|f| map_segment(&f));
+            let pf = map.as_ref().ok().cloned();
+            if tx.send(map).is_err() {
+                return;
+            }
+            if let Some(m) = pf {
+                populate_write(&m, &stop2);
+            }
+        });
+        NextFile { rx, stop, handle }
+    }
+
+    fn take(self, prev: Option<NextFile>) -> Result<(Arc<MmapRaw>, NextFile)> {
+        if let Some(p) = prev {
+            p.finish();
+        }
+        let map = self.rx.recv().context("baseline file thread")??;
+        Ok((map, self))
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.handle.join();
+    }
+}
+
+/// `MADV_POPULATE_WRITE` over `map` in 2 MiB chunks (as the WAL's spare thread does).
+fn populate_write(map: &MmapRaw, stop: &AtomicBool) {
+    const CHUNK: usize = 2 << 20;
+    let mut off = 0;
+    while off < map.len() && !stop.load(Ordering::Relaxed) {
+        let n = CHUNK.min(map.len() - off);
+        // SAFETY: inside the live mapping; populating does not change its contents.
+        let rc = unsafe {
+            libc::madvise(
+                map.as_mut_ptr().add(off).cast::<libc::c_void>(),
+                n,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 {
+            return;
+        }
+        off += n;
+    }
 }
 
 /// `sync=none` baseline: memcpy `n` copies of `bytes` into mapped, preallocated files, or
-/// as many as fit before `until`.
+/// as many as fit before `until` (and at least its byte count). Files after the first are
+/// prepared and pre-faulted in the background exactly like the WAL's segments
+/// ([`NextFile`]); the first is not, like the WAL's first segment.
 fn baseline_memcpy(
     bytes: &[u8],
     n: u64,
@@ -610,6 +678,8 @@ fn baseline_memcpy(
     // The WAL's first segment exists before its clock starts; so does this one.
     let mut map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
     files += 1;
+    let mut next: Option<NextFile> = None;
+    let mut populating: Option<NextFile> = None;
     let mut off = 0usize;
     let start = Instant::now();
     let mut done = 0u64;
@@ -621,16 +691,30 @@ fn baseline_memcpy(
         }
         done += 1;
         if off + len > cap {
-            map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
+            map = match next.take() {
+                Some(nf) => {
+                    let (m, nf) = nf.take(populating.take())?;
+                    populating = Some(nf);
+                    m
+                }
+                None => map_segment(&create_prealloc(dir, files, segment_size)?)?,
+            };
             files += 1;
             off = 0;
         }
         let at = SEGMENT_HEADER_LEN + off;
-        map[at..at + len].copy_from_slice(bytes);
+        // SAFETY: `at + len ≤ segment_size` (checked above); this thread is the only writer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.as_mut_ptr().add(at), len) };
         off += len;
+        if next.is_none() && off >= cap / 4 {
+            next = Some(NextFile::start(dir, files, segment_size));
+        }
     }
     let elapsed = start.elapsed();
     std::hint::black_box(&map);
+    for nf in [next, populating].into_iter().flatten() {
+        nf.finish();
+    }
     drop(map);
     Ok(BaselineResult {
         kind: "mmap_memcpy",
