@@ -35,7 +35,7 @@
 //!   (memcpy into it runs at ~0.3–0.45 GB/s instead of 1.5–2 GB/s), which would otherwise
 //!   penalise the WAL, which runs first (the baseline reuses the memory the WAL's files just
 //!   freed). The warm-up lasts the run's duration **and** at least `--warmup-bytes`
-//!   (default 4 GiB, capped at a third of `MemAvailable`), so it covers at least as many
+//!   (default 6 GiB, capped at a third of `MemAvailable`), so it covers at least as many
 //!   bytes as the WAL then writes; the output says so when the WAL wrote more than the
 //!   warm-up. The warm-up's own rate is printed (its first pass is the first-touch figure).
 //! - `sync=always`: baseline = `pwrite` of the record bytes at increasing offsets into a
@@ -125,7 +125,7 @@ pub struct WalArgs {
     all: bool,
     /// sync=none: the memcpy warm-up before the WAL covers at least this many bytes
     /// (capped at a third of MemAvailable), besides lasting `--duration`.
-    #[arg(long, default_value = "4GiB", value_parser = parse_size)]
+    #[arg(long, default_value = "6GiB", value_parser = parse_size)]
     warmup_bytes: u64,
 }
 
@@ -599,44 +599,37 @@ fn map_segment(file: &File) -> Result<Arc<MmapRaw>> {
 
 /// The next baseline file, prepared like the WAL prepares its next segment: created,
 /// preallocated and mapped by a background thread once the current file is a quarter full,
-/// handed over as soon as it is mapped, and pre-faulted with `MADV_POPULATE_WRITE` by the
-/// same thread (the writer may overtake it).
+/// handed over as soon as it is mapped; the same thread then waits for the previous file's
+/// pre-fault to finish and pre-faults this one with `MADV_POPULATE_WRITE` (the writer may
+/// overtake it).
 struct NextFile {
     rx: mpsc::Receiver<Result<Arc<MmapRaw>>>,
-    stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<()>,
 }
 
 impl NextFile {
-    fn start(dir: &Path, k: usize, segment_size: u64) -> NextFile {
+    fn start(
+        dir: &Path,
+        k: usize,
+        segment_size: u64,
+        prev: Option<std::thread::JoinHandle<()>>,
+        stop: &Arc<AtomicBool>,
+    ) -> NextFile {
         let (tx, rx) = mpsc::sync_channel(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
+        let stop = stop.clone();
         let dir = dir.to_path_buf();
         let handle = std::thread::spawn(move || {
             let map = create_prealloc(&dir, k, segment_size).and_then(|f| map_segment(&f));
             let pf = map.as_ref().ok().cloned();
-            if tx.send(map).is_err() {
-                return;
+            let sent = tx.send(map).is_ok();
+            if let Some(p) = prev {
+                let _ = p.join();
             }
-            if let Some(m) = pf {
-                populate_write(&m, &stop2);
+            if let (true, Some(m)) = (sent, pf) {
+                populate_write(&m, &stop);
             }
         });
-        NextFile { rx, stop, handle }
-    }
-
-    fn take(self, prev: Option<NextFile>) -> Result<(Arc<MmapRaw>, NextFile)> {
-        if let Some(p) = prev {
-            p.finish();
-        }
-        let map = self.rx.recv().context("baseline file thread")??;
-        Ok((map, self))
-    }
-
-    fn finish(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.handle.join();
+        NextFile { rx, handle }
     }
 }
 
@@ -679,7 +672,8 @@ fn baseline_memcpy(
     let mut map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
     files += 1;
     let mut next: Option<NextFile> = None;
-    let mut populating: Option<NextFile> = None;
+    let mut populating: Option<std::thread::JoinHandle<()>> = None;
+    let stop = Arc::new(AtomicBool::new(false));
     let mut off = 0usize;
     let start = Instant::now();
     let mut done = 0u64;
@@ -693,8 +687,8 @@ fn baseline_memcpy(
         if off + len > cap {
             map = match next.take() {
                 Some(nf) => {
-                    let (m, nf) = nf.take(populating.take())?;
-                    populating = Some(nf);
+                    let m = nf.rx.recv().context("baseline file thread")??;
+                    populating = Some(nf.handle);
                     m
                 }
                 None => map_segment(&create_prealloc(dir, files, segment_size)?)?,
@@ -707,13 +701,20 @@ fn baseline_memcpy(
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.as_mut_ptr().add(at), len) };
         off += len;
         if next.is_none() && off >= cap / 4 {
-            next = Some(NextFile::start(dir, files, segment_size));
+            next = Some(NextFile::start(
+                dir,
+                files,
+                segment_size,
+                populating.take(),
+                &stop,
+            ));
         }
     }
     let elapsed = start.elapsed();
     std::hint::black_box(&map);
-    for nf in [next, populating].into_iter().flatten() {
-        nf.finish();
+    stop.store(true, Ordering::Relaxed);
+    for h in [next.map(|n| n.handle), populating].into_iter().flatten() {
+        let _ = h.join();
     }
     drop(map);
     Ok(BaselineResult {

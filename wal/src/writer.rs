@@ -213,16 +213,7 @@ fn poisoned(reason: &str) -> Error {
 struct SpareJob {
     /// The spare file, sent once created and mapped (before the pre-fault finishes).
     rx: mpsc::Receiver<Result<MappedSegment>>,
-    /// Stops the pre-fault early.
-    stop: Arc<AtomicBool>,
     handle: JoinHandle<()>,
-}
-
-impl SpareJob {
-    fn finish(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.handle.join();
-    }
 }
 
 /// Appends records to one tablet's log.
@@ -253,7 +244,9 @@ pub struct Writer {
     spare: Option<SpareJob>,
     /// The thread still pre-faulting the active segment (a spare taken before its
     /// pre-fault finished).
-    prefaulting: Option<SpareJob>,
+    prefaulting: Option<JoinHandle<()>>,
+    /// Stops the background segment threads (set on close).
+    bg_stop: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -316,6 +309,7 @@ impl Writer {
             unsettled_none: false,
             spare: None,
             prefaulting: None,
+            bg_stop: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -580,30 +574,32 @@ impl Writer {
     /// page-cache pages. Pre-faulted for write (dirty, no fault left at all) while commits
     /// use `None`; for read otherwise, so a durable rotation's fdatasync does not write
     /// back a whole segment of zeros.
+    ///
+    /// The thread first creates and hands over the spare, then waits for the previous
+    /// pre-fault (of the active segment, still ahead of the writer) to finish, then
+    /// pre-faults the spare: one pre-faulting thread at a time, active segment first.
     fn start_spare(&mut self) {
-        if let Some(job) = self.prefaulting.take() {
-            job.finish();
-        }
+        let prev = self.prefaulting.take();
         let (tx, rx) = mpsc::sync_channel(1);
-        let stop = Arc::new(AtomicBool::new(false));
         let dir = self.dir.clone();
         let size = self.opts.segment_size;
         let write = !self.durable_segments;
-        let stop2 = stop.clone();
+        let stop = self.bg_stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("wal-spare-{}", self.tablet))
             .spawn(move || {
                 let seg = MappedSegment::create_spare(&dir, size);
                 let pf = seg.as_ref().ok().map(MappedSegment::prefaulter);
-                if tx.send(seg).is_err() {
-                    return;
+                let sent = tx.send(seg).is_ok();
+                if let Some(prev) = prev {
+                    let _ = prev.join();
                 }
-                if let Some(pf) = pf {
-                    pf.run(write, &stop2);
+                if let (true, Some(pf)) = (sent, pf) {
+                    pf.run(write, &stop);
                 }
             });
         match spawned {
-            Ok(handle) => self.spare = Some(SpareJob { rx, stop, handle }),
+            Ok(handle) => self.spare = Some(SpareJob { rx, handle }),
             Err(e) => {
                 tracing::warn!(tablet = %self.tablet, error = %e, "cannot start the spare segment thread; segments are created at rotation")
             }
@@ -617,18 +613,16 @@ impl Writer {
         match job.rx.recv() {
             Ok(Ok(seg)) => {
                 // It may still be pre-faulting; the writer can overtake it safely.
-                if let Some(old) = self.prefaulting.replace(job) {
-                    old.finish();
-                }
+                self.prefaulting = Some(job.handle);
                 Some(seg)
             }
             Ok(Err(e)) => {
                 tracing::warn!(tablet = %self.tablet, error = %e, "preparing the spare segment failed; creating it at rotation");
-                job.finish();
+                self.prefaulting = Some(job.handle);
                 None
             }
             Err(_) => {
-                job.finish();
+                let _ = job.handle.join();
                 None
             }
         }
@@ -636,11 +630,12 @@ impl Writer {
 
     /// Stops the background segment threads and removes an unused spare.
     fn drop_spare(&mut self) {
-        if let Some(job) = self.prefaulting.take() {
-            job.finish();
+        self.bg_stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.prefaulting.take() {
+            let _ = h.join();
         }
         if let Some(job) = self.spare.take() {
-            job.finish();
+            let _ = job.handle.join();
             let path = self.dir.join(segment::SPARE_FILE);
             if let Err(e) = std::fs::remove_file(&path) {
                 if e.kind() != std::io::ErrorKind::NotFound {
