@@ -529,42 +529,45 @@ fn run_tidelog(
     let mut i = 0u64;
     // sync=none: time one record in NONE_SAMPLE (a clock read before its append and after
     // its commit); the others carry no instrumentation, like the baseline's loop.
-    while sync == Sync::None {
-        let timed = i % NONE_SAMPLE == 0;
-        let t0 = if timed { clock.now() } else { 0 };
-        rec.ht = HybridTime(base + i);
-        w.append(rec)?;
-        w.commit(policy)?;
-        i += 1;
-        if timed {
+    if sync == Sync::None {
+        loop {
+            let timed = i % NONE_SAMPLE == 0;
+            let t0 = if timed { clock.now() } else { 0 };
+            rec.ht = HybridTime(base + i);
+            w.append(rec)?;
+            w.commit(policy)?;
+            i += 1;
+            if timed {
+                let now = clock.now();
+                commit_h.saturating_record(now.wrapping_sub(t0));
+                if now >= deadline {
+                    break;
+                }
+            }
+        }
+    } else {
+        loop {
+            rec.ht = HybridTime(base + i);
+            w.append(rec)?;
+            let end = w.commit(policy)?;
+            i += 1;
             let now = clock.now();
-            commit_h.saturating_record(now.wrapping_sub(t0));
+            commit_h.saturating_record(now.wrapping_sub(prev));
+            if track_durable {
+                pending.push_back((end, prev));
+                let durable = w.durable_pos();
+                while let Some(&(p, t)) = pending.front() {
+                    if p > durable {
+                        break;
+                    }
+                    durable_h.saturating_record(now.wrapping_sub(t));
+                    pending.pop_front();
+                }
+            }
+            prev = now;
             if now >= deadline {
                 break;
             }
-        }
-    }
-    while sync != Sync::None {
-        rec.ht = HybridTime(base + i);
-        w.append(rec)?;
-        let end = w.commit(policy)?;
-        i += 1;
-        let now = clock.now();
-        commit_h.saturating_record(now.wrapping_sub(prev));
-        if track_durable {
-            pending.push_back((end, prev));
-            let durable = w.durable_pos();
-            while let Some(&(p, t)) = pending.front() {
-                if p > durable {
-                    break;
-                }
-                durable_h.saturating_record(now.wrapping_sub(t));
-                pending.pop_front();
-            }
-        }
-        prev = now;
-        if now >= deadline {
-            break;
         }
     }
     let stop = clock.mark();
