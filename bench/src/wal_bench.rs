@@ -391,13 +391,16 @@ fn run_one(
     if record_len > cap {
         bail!("a {record_len}-byte record does not fit a {segment_size}-byte segment");
     }
-    // Start from a quiet device: flush whatever earlier runs left dirty.
+    // Start from a quiet device: flush whatever earlier runs left dirty, and wait for the
+    // discards of the files they deleted (ext4 `-o discard`) before timing syncs.
     sync_all();
+    if spec.sync != Sync::None {
+        settle_device();
+    }
     let bytes = rec.encode(WalPos::ZERO)?;
-    // sync=none: whichever phase runs second reuses the page-cache memory the first one just
-    // freed. On a VM whose freed memory goes back to the host (free page reporting) that
-    // memory is much cheaper to touch again than memory the guest has not touched lately, so
-    // a memcpy warm-up of the same duration runs first and both measured phases start warm.
+    // sync=none: the baseline reuses the page-cache memory the WAL's files just freed; memory
+    // the guest never touched costs a host fault on first touch (see the module docs), so a
+    // memcpy warm-up of at least `warmup_bytes` runs first and the WAL starts warm too.
     let warmup = if spec.sync == Sync::None {
         let d = root.join(format!("warmup-{k}"));
         std::fs::create_dir_all(&d)?;
@@ -415,6 +418,9 @@ fn run_one(
     let tidelog = run_tidelog(&mut rec, spec.sync, duration, segment_size, &wal_dir, clock)?;
     std::fs::remove_dir_all(&wal_dir).with_context(|| format!("remove {}", wal_dir.display()))?;
     sync_all();
+    if spec.sync != Sync::None {
+        settle_device();
+    }
 
     let base_dir = root.join(format!("baseline-{k}"));
     std::fs::create_dir_all(&base_dir)?;
@@ -810,6 +816,44 @@ fn mem_available() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(u64::MAX, |kb| kb * 1024)
+}
+
+/// Waits (at most 15 s) until the block devices are idle: no request in flight and no
+/// write, discard or flush completed across two 250 ms samples of /proc/diskstats. Deleting
+/// gigabytes of files on a filesystem mounted with `discard` keeps the device busy (and
+/// the journal's commits slow) for seconds after `sync`, which would otherwise land in the
+/// p99 of whichever sync phase runs next.
+fn settle_device() {
+    fn sample() -> Option<Vec<u64>> {
+        let s = std::fs::read_to_string("/proc/diskstats").ok()?;
+        let mut v = Vec::new();
+        for l in s.lines() {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(3)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            // writes completed, in flight, discards completed, flushes completed
+            for i in [4, 8, 11, 15] {
+                v.push(f.get(i).copied().unwrap_or(0));
+            }
+        }
+        Some(v)
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut prev = sample();
+    let mut quiet = 0;
+    while quiet < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        let cur = sample();
+        let idle = cur.is_some()
+            && cur == prev
+            && cur
+                .as_ref()
+                .is_some_and(|v| v.chunks(4).all(|c| c.get(1) == Some(&0)));
+        quiet = if idle { quiet + 1 } else { 0 };
+        prev = cur;
+    }
 }
 
 fn sync_all() {
