@@ -12,10 +12,14 @@
 //!
 //! # What is timed
 //!
-//! Every timed loop reads the clock once per record: a record's latency is the time from the
-//! return of the previous `commit` to the return of its own, i.e. `append` + `commit` plus a
-//! few ns of loop and histogram bookkeeping (measured and printed as the instrumentation
-//! overhead). The clock is the TSC (`rdtsc`, ~13 ns here) when the CPU has a constant,
+//! The `always` and `batch` loops read the clock once per record: a record's latency is the
+//! time from the return of the previous `commit` to the return of its own, i.e. `append` +
+//! `commit` plus a few ns of loop and histogram bookkeeping (measured and printed as the
+//! instrumentation overhead). The `none` loop times one record in 32 (a clock read before
+//! its `append` and after its `commit`, so its latency rows are a 1/32 sample and exclude
+//! the loop itself) and runs the others uninstrumented: the per-record clock read and
+//! histogram update (~20–50 ns) cost as much as a 100-byte append and the memcpy baseline
+//! carries none. The clock is the TSC (`rdtsc`, ~13 ns here) when the CPU has a constant,
 //! non-stop TSC, else `Instant` (~35 ns on this VM); ticks are converted to ns by the
 //! monotonic clock read at the start and end of each loop. Throughput uses the monotonic
 //! clock. Segment rotation and its costs fall inside the records that trigger it.
@@ -24,13 +28,20 @@
 //!   [`Record::encode`], into preallocated (`posix_fallocate`) memory-mapped files of the
 //!   segment size, rotated at the same record boundaries as the WAL (records start after a
 //!   128-byte header gap); the same number of records as the WAL wrote; no checksum, no
-//!   madvise, no clock reads inside the loop. The first file is created before the clock
-//!   starts, as the WAL's first segment is created by `Writer::open`.
-//!   Before the WAL runs, an untimed-for-the-ratio memcpy warm-up of the same duration
-//!   (deleted before the WAL starts) makes both measured phases reuse recently freed
-//!   page-cache memory: on a VM with free page reporting, memory the guest has not touched
-//!   lately costs a host fault on first touch, which would otherwise penalise whichever phase
-//!   runs first. The warm-up's own rate is printed as the first-touch figure.
+//!   clock reads inside the loop. The first file is created before the clock starts, as the
+//!   WAL's first segment is created by `Writer::open`; every later file is created, mapped
+//!   and pre-faulted (`MADV_POPULATE_WRITE`) by a background thread started when the
+//!   current file is a quarter full — exactly what the WAL does for its next segment — so
+//!   both sides have the same page-fault exposure (both pre-fault, the same way).
+//!   Before the WAL runs, an untimed-for-the-ratio memcpy warm-up (deleted before the WAL
+//!   starts) makes both measured phases reuse page-cache memory the guest already touched:
+//!   on this VM, guest memory never touched before costs a host fault on first touch
+//!   (memcpy into it runs at ~0.3–0.45 GB/s instead of 1.5–2 GB/s), which would otherwise
+//!   penalise the WAL, which runs first (the baseline reuses the memory the WAL's files just
+//!   freed). The warm-up lasts the run's duration **and** at least `--warmup-bytes`
+//!   (default 6 GiB, capped at a third of `MemAvailable`), so it covers at least as many
+//!   bytes as the WAL then writes; the output says so when the WAL wrote more than the
+//!   warm-up. The warm-up's own rate is printed (its first pass is the first-touch figure).
 //! - `sync=always`: baseline = `pwrite` of the record bytes at increasing offsets into a
 //!   preallocated file followed by `fdatasync`, one per record, for the same duration.
 //! - `sync=batch`: two WAL latencies: the `commit` call (which returns before the bytes are
@@ -41,12 +52,14 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use memmap2::MmapMut;
+use memmap2::MmapRaw;
 use serde::Serialize;
 use tidelog_wal::format::{RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
@@ -55,6 +68,9 @@ use crate::stats::{
     fmt_bytes, fmt_int, fmt_ns, instrumentation_overhead_ns, nanos, new_histogram, ns_per_tick,
     parse_size, Clock, Latency,
 };
+
+/// sync=none: one record in this many is timed (latency row); the rest run uninstrumented.
+const NONE_SAMPLE: u64 = 32;
 
 /// Key length of the benchmark record's op.
 const KEY_LEN: usize = 8;
@@ -114,6 +130,10 @@ pub struct WalArgs {
     /// Run the matrix (1 KiB, none), (100 B, none), (1 KiB, always), (1 KiB, batch).
     #[arg(long, conflicts_with = "sync")]
     all: bool,
+    /// sync=none: the memcpy warm-up before the WAL covers at least this many bytes
+    /// (capped at a third of MemAvailable), besides lasting `--duration`.
+    #[arg(long, default_value = "6GiB", value_parser = parse_size)]
+    warmup_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -292,7 +312,8 @@ pub fn run(args: &WalArgs) -> Result<()> {
         );
         println!(
             "timing: one {} read per record; a record's latency = previous commit's return → \
-             its commit's return (append + commit); instrumentation {overhead:.1} ns/record",
+             its commit's return (append + commit); instrumentation {overhead:.1} ns/record \
+             (sync=none: 1 record in {NONE_SAMPLE} timed alone, the rest uninstrumented)",
             clock.source()
         );
     }
@@ -311,7 +332,7 @@ pub fn run(args: &WalArgs) -> Result<()> {
             duration,
             args.segment_size,
             root.path(),
-            k,
+            (k, args.warmup_bytes),
             (&clock, clock_tpn),
         )?;
         if !args.json {
@@ -361,7 +382,7 @@ fn run_one(
     duration: Duration,
     segment_size: u64,
     root: &Path,
-    k: usize,
+    (k, warmup_bytes): (usize, u64),
     clock: (&Clock, f64),
 ) -> Result<RunResult> {
     let mut rec = bench_record(spec.record_size)?;
@@ -370,20 +391,25 @@ fn run_one(
     if record_len > cap {
         bail!("a {record_len}-byte record does not fit a {segment_size}-byte segment");
     }
-    // Start from a quiet device: flush whatever earlier runs left dirty.
+    // Start from a quiet device: flush whatever earlier runs left dirty, and wait for the
+    // discards of the files they deleted (ext4 `-o discard`) before timing syncs.
     sync_all();
+    if spec.sync != Sync::None {
+        settle_device();
+    }
     let bytes = rec.encode(WalPos::ZERO)?;
-    // sync=none: whichever phase runs second reuses the page-cache memory the first one just
-    // freed. On a VM whose freed memory goes back to the host (free page reporting) that
-    // memory is much cheaper to touch again than memory the guest has not touched lately, so
-    // a memcpy warm-up of the same duration runs first and both measured phases start warm.
+    // sync=none: the baseline reuses the page-cache memory the WAL's files just freed; memory
+    // the guest never touched costs a host fault on first touch (see the module docs), so a
+    // memcpy warm-up of at least `warmup_bytes` runs first and the WAL starts warm too.
     let warmup = if spec.sync == Sync::None {
         let d = root.join(format!("warmup-{k}"));
         std::fs::create_dir_all(&d)?;
         let until = Instant::now() + duration;
-        let w = baseline_memcpy(&bytes, u64::MAX, Some(until), segment_size, &d)?;
+        let min_bytes = warmup_bytes.min(mem_available() / 3);
+        let w = baseline_memcpy(&bytes, u64::MAX, Some((until, min_bytes)), segment_size, &d)?;
+        // No sync here: the files are deleted (their dirty pages dropped, not written), and
+        // the WAL starts at once on the memory they freed.
         std::fs::remove_dir_all(&d).with_context(|| format!("remove {}", d.display()))?;
-        sync_all();
         Some(w)
     } else {
         None
@@ -392,6 +418,9 @@ fn run_one(
     let tidelog = run_tidelog(&mut rec, spec.sync, duration, segment_size, &wal_dir, clock)?;
     std::fs::remove_dir_all(&wal_dir).with_context(|| format!("remove {}", wal_dir.display()))?;
     sync_all();
+    if spec.sync != Sync::None {
+        settle_device();
+    }
 
     let base_dir = root.join(format!("baseline-{k}"));
     std::fs::create_dir_all(&base_dir)?;
@@ -505,27 +534,47 @@ fn run_tidelog(
     let deadline = start.ticks + deadline_ticks(duration, clock_tpn);
     let mut prev = start.ticks;
     let mut i = 0u64;
-    loop {
-        rec.ht = HybridTime(base + i);
-        w.append(rec)?;
-        let end = w.commit(policy)?;
-        i += 1;
-        let now = clock.now();
-        commit_h.saturating_record(now.wrapping_sub(prev));
-        if track_durable {
-            pending.push_back((end, prev));
-            let durable = w.durable_pos();
-            while let Some(&(p, t)) = pending.front() {
-                if p > durable {
+    // sync=none: time one record in NONE_SAMPLE (a clock read before its append and after
+    // its commit); the others carry no instrumentation, like the baseline's loop.
+    if sync == Sync::None {
+        loop {
+            let timed = i % NONE_SAMPLE == 0;
+            let t0 = if timed { clock.now() } else { 0 };
+            rec.ht = HybridTime(base + i);
+            w.append(rec)?;
+            w.commit(policy)?;
+            i += 1;
+            if timed {
+                let now = clock.now();
+                commit_h.saturating_record(now.wrapping_sub(t0));
+                if now >= deadline {
                     break;
                 }
-                durable_h.saturating_record(now.wrapping_sub(t));
-                pending.pop_front();
             }
         }
-        prev = now;
-        if now >= deadline {
-            break;
+    } else {
+        loop {
+            rec.ht = HybridTime(base + i);
+            w.append(rec)?;
+            let end = w.commit(policy)?;
+            i += 1;
+            let now = clock.now();
+            commit_h.saturating_record(now.wrapping_sub(prev));
+            if track_durable {
+                pending.push_back((end, prev));
+                let durable = w.durable_pos();
+                while let Some(&(p, t)) = pending.front() {
+                    if p > durable {
+                        break;
+                    }
+                    durable_h.saturating_record(now.wrapping_sub(t));
+                    pending.pop_front();
+                }
+            }
+            prev = now;
+            if now >= deadline {
+                break;
+            }
         }
     }
     let stop = clock.mark();
@@ -577,20 +626,76 @@ fn create_prealloc(dir: &Path, k: usize, size: u64) -> Result<File> {
     Ok(file)
 }
 
-fn map_segment(file: &File) -> Result<MmapMut> {
-    // SAFETY: the file is ours alone (a fresh file in our temporary directory); nothing
-    // truncates it while it is mapped.
-    // No madvise: this is the raw reference (the WAL's MADV_SEQUENTIAL is a WAL choice and
-    // is measured as part of the WAL).
-    unsafe { MmapMut::map_mut(file) }.context("mmap")
+fn map_segment(file: &File) -> Result<Arc<MmapRaw>> {
+    // No madvise(MADV_SEQUENTIAL): the WAL does not use it either.
+    Ok(Arc::new(MmapRaw::map_raw(file).context("mmap")?))
+}
+
+/// The next baseline file, prepared like the WAL prepares its next segment: created,
+/// preallocated and mapped by a background thread once the current file is a quarter full,
+/// handed over as soon as it is mapped; the same thread then waits for the previous file's
+/// pre-fault to finish and pre-faults this one with `MADV_POPULATE_WRITE` (the writer may
+/// overtake it).
+struct NextFile {
+    rx: mpsc::Receiver<Result<Arc<MmapRaw>>>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl NextFile {
+    fn start(
+        dir: &Path,
+        k: usize,
+        segment_size: u64,
+        prev: Option<std::thread::JoinHandle<()>>,
+        stop: &Arc<AtomicBool>,
+    ) -> NextFile {
+        let (tx, rx) = mpsc::sync_channel(1);
+        let stop = stop.clone();
+        let dir = dir.to_path_buf();
+        let handle = std::thread::spawn(move || {
+            let map = create_prealloc(&dir, k, segment_size).and_then(|f| map_segment(&f));
+            let pf = map.as_ref().ok().cloned();
+            let sent = tx.send(map).is_ok();
+            if let Some(p) = prev {
+                let _ = p.join();
+            }
+            if let (true, Some(m)) = (sent, pf) {
+                populate_write(&m, &stop);
+            }
+        });
+        NextFile { rx, handle }
+    }
+}
+
+/// `MADV_POPULATE_WRITE` over `map` in 2 MiB chunks (as the WAL's spare thread does).
+fn populate_write(map: &MmapRaw, stop: &AtomicBool) {
+    const CHUNK: usize = 2 << 20;
+    let mut off = 0;
+    while off < map.len() && !stop.load(Ordering::Relaxed) {
+        let n = CHUNK.min(map.len() - off);
+        // SAFETY: inside the live mapping; populating does not change its contents.
+        let rc = unsafe {
+            libc::madvise(
+                map.as_mut_ptr().add(off).cast::<libc::c_void>(),
+                n,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 {
+            return;
+        }
+        off += n;
+    }
 }
 
 /// `sync=none` baseline: memcpy `n` copies of `bytes` into mapped, preallocated files, or
-/// as many as fit before `until`.
+/// as many as fit before `until` (and at least its byte count). Files after the first are
+/// prepared and pre-faulted in the background exactly like the WAL's segments
+/// ([`NextFile`]); the first is not, like the WAL's first segment.
 fn baseline_memcpy(
     bytes: &[u8],
     n: u64,
-    until: Option<Instant>,
+    until: Option<(Instant, u64)>,
     segment_size: u64,
     dir: &Path,
 ) -> Result<BaselineResult> {
@@ -600,25 +705,51 @@ fn baseline_memcpy(
     // The WAL's first segment exists before its clock starts; so does this one.
     let mut map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
     files += 1;
+    let mut next: Option<NextFile> = None;
+    let mut populating: Option<std::thread::JoinHandle<()>> = None;
+    let stop = Arc::new(AtomicBool::new(false));
     let mut off = 0usize;
     let start = Instant::now();
     let mut done = 0u64;
     while done < n {
-        if done % 4096 == 0 && until.is_some_and(|t| Instant::now() >= t) {
+        if done % 4096 == 0
+            && until.is_some_and(|(t, min)| done * len as u64 >= min && Instant::now() >= t)
+        {
             break;
         }
         done += 1;
         if off + len > cap {
-            map = map_segment(&create_prealloc(dir, files, segment_size)?)?;
+            map = match next.take() {
+                Some(nf) => {
+                    let m = nf.rx.recv().context("baseline file thread")??;
+                    populating = Some(nf.handle);
+                    m
+                }
+                None => map_segment(&create_prealloc(dir, files, segment_size)?)?,
+            };
             files += 1;
             off = 0;
         }
         let at = SEGMENT_HEADER_LEN + off;
-        map[at..at + len].copy_from_slice(bytes);
+        // SAFETY: `at + len ≤ segment_size` (checked above); this thread is the only writer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), map.as_mut_ptr().add(at), len) };
         off += len;
+        if next.is_none() && off >= cap / 4 {
+            next = Some(NextFile::start(
+                dir,
+                files,
+                segment_size,
+                populating.take(),
+                &stop,
+            ));
+        }
     }
     let elapsed = start.elapsed();
     std::hint::black_box(&map);
+    stop.store(true, Ordering::Relaxed);
+    for h in [next.map(|n| n.handle), populating].into_iter().flatten() {
+        let _ = h.join();
+    }
     drop(map);
     Ok(BaselineResult {
         kind: "mmap_memcpy",
@@ -673,6 +804,56 @@ fn baseline_fdatasync(
         latency: Some(Latency::of_ticks(&h, ns_per_tick(start, stop))),
         files,
     })
+}
+
+/// `MemAvailable` from /proc/meminfo in bytes (u64::MAX when unknown).
+fn mem_available() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kb| kb * 1024)
+}
+
+/// Waits (at most 15 s) until the block devices are idle: no request in flight and no
+/// write, discard or flush completed across two 250 ms samples of /proc/diskstats. Deleting
+/// gigabytes of files on a filesystem mounted with `discard` keeps the device busy (and
+/// the journal's commits slow) for seconds after `sync`, which would otherwise land in the
+/// p99 of whichever sync phase runs next.
+fn settle_device() {
+    fn sample() -> Option<Vec<u64>> {
+        let s = std::fs::read_to_string("/proc/diskstats").ok()?;
+        let mut v = Vec::new();
+        for l in s.lines() {
+            let f: Vec<u64> = l
+                .split_whitespace()
+                .skip(3)
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            // writes completed, in flight, discards completed, flushes completed
+            for i in [4, 8, 11, 15] {
+                v.push(f.get(i).copied().unwrap_or(0));
+            }
+        }
+        Some(v)
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut prev = sample();
+    let mut quiet = 0;
+    while quiet < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        let cur = sample();
+        let idle = cur.is_some()
+            && cur == prev
+            && cur
+                .as_ref()
+                .is_some_and(|v| v.chunks(4).all(|c| c.get(1) == Some(&0)));
+        quiet = if idle { quiet + 1 } else { 0 };
+        prev = cur;
+    }
 }
 
 fn sync_all() {
@@ -822,6 +1003,13 @@ fn print_run(r: &RunResult, duration: Duration) {
             tput_cols(&w.throughput),
             lat_cols(None)
         );
+        if t.throughput.bytes > w.throughput.bytes {
+            println!(
+                "warning: the WAL wrote {} more than the warm-up covered: that part of it \
+                 touched guest memory for the first time (raise --warmup-bytes)",
+                fmt_bytes(t.throughput.bytes - w.throughput.bytes)
+            );
+        }
     }
     println!(
         "tidelog: {} segment file(s); baseline: {} file(s), {:.3} GB/s, {} records/s",
@@ -833,7 +1021,8 @@ fn print_run(r: &RunResult, duration: Duration) {
     match r.sync {
         Sync::None => println!(
             "baseline: the same {} records memcpy'd (pre-encoded, no checksum, not timed per \
-             record); order: warm-up, tidelog, baseline",
+             record); order: warm-up, tidelog, baseline; tidelog latency: 1 record in \
+             {NONE_SAMPLE} timed, the rest uninstrumented",
             fmt_int(b.throughput.records)
         ),
         Sync::Always => {}

@@ -160,6 +160,15 @@ impl ControlFile {
     pub fn raise_durable(&self, p: WalPos) {
         self.word(OFF_DURABLE).fetch_max(p.0, Ordering::AcqRel);
     }
+    /// `sync = none`: publish `p` as written and (unsynced) durable with two plain stores.
+    /// Only the writer calls it, with `p` ≥ every position published before, so the store
+    /// never lowers `durable_pos` (a concurrent `raise_durable` by the flusher targets a
+    /// position ≤ `written_pos` ≤ `p`). `written_pos` is stored first, so a reader that
+    /// loads `durable_pos` then `written_pos` never sees durable > written.
+    pub fn publish_unsynced(&self, p: WalPos) {
+        self.word(OFF_WRITTEN).store(p.0, Ordering::Release);
+        self.word(OFF_DURABLE).store(p.0, Ordering::Release);
+    }
     /// Set all three positions (recovery).
     pub(crate) fn reset(&self, oldest: WalPos, end: WalPos) {
         self.word(OFF_OLDEST).store(oldest.0, Ordering::Release);

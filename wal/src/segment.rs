@@ -2,6 +2,8 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use memmap2::MmapRaw;
 use zerocopy::{FromBytes, IntoBytes};
@@ -15,6 +17,13 @@ use crate::pos::WalPos;
 use crate::retention::ACKED_FILE;
 
 pub(crate) const SEGMENT_SUFFIX: &str = ".seg";
+
+/// The next segment, prepared ahead of a rotation (preallocated, mapped, no header yet).
+/// A `*.partial` name, so recovery deletes it like any interrupted creation.
+pub(crate) const SPARE_FILE: &str = "spare.seg.partial";
+
+/// Bytes per `madvise(MADV_POPULATE_*)` call when pre-faulting a spare segment.
+const POPULATE_CHUNK: usize = 2 << 20;
 
 /// `<first_pos as 16 lowercase hex digits>.seg`
 pub(crate) fn segment_file_name(first: WalPos) -> String {
@@ -127,7 +136,8 @@ pub(crate) struct MappedSegment {
     pub first: WalPos,
     /// Bytes available for records (file size − header).
     pub capacity: usize,
-    map: MmapRaw,
+    map: Arc<MmapRaw>,
+    file: File,
 }
 
 impl MappedSegment {
@@ -191,8 +201,69 @@ impl MappedSegment {
             path,
             first,
             capacity: len - SEGMENT_HEADER_LEN,
-            map,
+            map: Arc::new(map),
+            file,
         })
+    }
+
+    /// Creates the spare segment file (`spare.seg.partial`, preallocated to `size`, no
+    /// header) and maps it. It becomes a segment with [`MappedSegment::activate_spare`].
+    pub fn create_spare(dir: &Path, size: u64) -> Result<MappedSegment> {
+        let path = dir.join(SPARE_FILE);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
+        fsutil::preallocate(&file, &path, size)?;
+        let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map", &path, e))?;
+        Ok(MappedSegment {
+            path,
+            first: WalPos::ZERO,
+            capacity: size as usize - SEGMENT_HEADER_LEN,
+            map: Arc::new(map),
+            file,
+        })
+    }
+
+    /// Turns a spare into the segment starting at `first`, with the same steps and
+    /// durability as [`MappedSegment::create`]: header, fdatasync, rename, fsync directory
+    /// (the syncs only when `durable`).
+    pub fn activate_spare(
+        mut self,
+        dir: &Path,
+        tablet: &TabletId,
+        first: WalPos,
+        durable: bool,
+    ) -> Result<MappedSegment> {
+        use std::os::unix::fs::FileExt;
+        let size = (self.capacity + SEGMENT_HEADER_LEN) as u64;
+        let h = SegmentHeader::new(tablet, first, size);
+        self.file
+            .write_all_at(h.as_bytes(), 0)
+            .map_err(|e| Error::io("write", &self.path, e))?;
+        if durable {
+            self.file
+                .sync_data()
+                .map_err(|e| Error::io("fdatasync", &self.path, e))?;
+        }
+        let path = dir.join(segment_file_name(first));
+        fs::rename(&self.path, &path).map_err(|e| Error::io("rename", &self.path, e))?;
+        if durable {
+            fsutil::fsync_dir(dir)?;
+        }
+        self.path = path;
+        self.first = first;
+        Ok(self)
+    }
+
+    /// A handle that pre-faults this segment's mapping from another thread.
+    pub fn prefaulter(&self) -> Prefaulter {
+        Prefaulter {
+            map: self.map.clone(),
+        }
     }
 
     /// Logical position one past the last byte this segment can hold.
@@ -230,5 +301,45 @@ impl MappedSegment {
         self.map
             .flush_range(SEGMENT_HEADER_LEN + from, to - from)
             .map_err(|e| Error::io("msync", &self.path, e))
+    }
+}
+
+/// Pre-faults a segment mapping (page cache populated and page tables filled) so that the
+/// writer's appends do not take the page faults inline. Best effort: errors only stop it.
+#[derive(Debug)]
+pub(crate) struct Prefaulter {
+    map: Arc<MmapRaw>,
+}
+
+impl Prefaulter {
+    /// `madvise(MADV_POPULATE_WRITE)` (or `_READ` when `!write`) over the whole mapping in
+    /// chunks, until done or `stop` is set. Populating for write makes the pages dirty (the
+    /// writer then takes no fault at all); for read, pages are in the page cache and mapped
+    /// read-only (the writer takes a cheap write-protect fault per page, no zeroing).
+    pub fn run(&self, write: bool, stop: &AtomicBool) {
+        let advice = if write {
+            libc::MADV_POPULATE_WRITE
+        } else {
+            libc::MADV_POPULATE_READ
+        };
+        let len = self.map.len();
+        let mut off = 0;
+        while off < len && !stop.load(Ordering::Relaxed) {
+            let n = POPULATE_CHUNK.min(len - off);
+            // SAFETY: [off, off + n) lies inside the mapping, which `self.map` keeps alive;
+            // MADV_POPULATE_* only faults pages in and never changes their contents.
+            let rc = unsafe {
+                libc::madvise(
+                    self.map.as_mut_ptr().add(off).cast::<libc::c_void>(),
+                    n,
+                    advice,
+                )
+            };
+            if rc != 0 {
+                tracing::debug!(error = %std::io::Error::last_os_error(), "segment pre-fault stopped");
+                return;
+            }
+            off += n;
+        }
     }
 }

@@ -17,7 +17,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,15 @@ impl WalOptions {
     }
 }
 
+impl SyncState {
+    /// Drops sealed segments wholly below `synced`: they need no more syncing.
+    fn prune(&mut self) {
+        while self.segs.len() > 1 && self.segs[0].limit() <= self.synced {
+            self.segs.remove(0);
+        }
+    }
+}
+
 /// Sync state shared with the batch flusher.
 #[derive(Debug)]
 struct SyncState {
@@ -139,6 +149,9 @@ struct Shared {
     state: Mutex<SyncState>,
     wake: Condvar,
     control: ControlFile,
+    /// Set (after `SyncState::failed`) when a sync failed, so the `None` commit path can
+    /// check for poisoning without taking the lock.
+    failed_flag: AtomicBool,
 }
 
 impl Shared {
@@ -168,6 +181,7 @@ impl Shared {
                 {
                     let mut st = self.lock();
                     st.failed = Some(e.to_string());
+                    self.failed_flag.store(true, Ordering::Release);
                     tracing::error!(error = %e, "WAL sync failed; the writer is poisoned");
                     return Err(e);
                 }
@@ -177,10 +191,7 @@ impl Shared {
         if to > st.synced {
             st.synced = to;
         }
-        // Sealed segments wholly below `synced` need no more syncing.
-        while st.segs.len() > 1 && st.segs[0].limit() <= st.synced {
-            st.segs.remove(0);
-        }
+        st.prune();
         drop(st);
         self.control.raise_durable(to);
         Ok(())
@@ -195,6 +206,14 @@ fn poisoned(reason: &str) -> Error {
             "an earlier WAL sync failed ({reason}); the writer must be reopened"
         )),
     )
+}
+
+/// The next segment, created and pre-faulted by a background thread.
+#[derive(Debug)]
+struct SpareJob {
+    /// The spare file, sent once created and mapped (before the pre-fault finishes).
+    rx: mpsc::Receiver<Result<MappedSegment>>,
+    handle: JoinHandle<()>,
 }
 
 /// Appends records to one tablet's log.
@@ -216,6 +235,18 @@ pub struct Writer {
     report: RecoveryReport,
     /// Whether new segments must be created durably (false while commits use `None`).
     durable_segments: bool,
+    /// `None` commits since the last `settle_none`: they published `written_pos` and
+    /// `durable_pos` through the control file only, without the lock; `SyncState`'s
+    /// `written`/`synced` still lag behind `committed`.
+    unsettled_none: bool,
+    /// The spare being prepared for the next rotation (started once the active segment is
+    /// a quarter full).
+    spare: Option<SpareJob>,
+    /// The thread still pre-faulting the active segment (a spare taken before its
+    /// pre-fault finished).
+    prefaulting: Option<JoinHandle<()>>,
+    /// Stops the background segment threads (set on close).
+    bg_stop: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -259,6 +290,7 @@ impl Writer {
             }),
             wake: Condvar::new(),
             control,
+            failed_flag: AtomicBool::new(false),
         });
         Ok(Writer {
             tablet: tablet.clone(),
@@ -274,6 +306,10 @@ impl Writer {
             flusher: None,
             report,
             durable_segments: true,
+            unsettled_none: false,
+            spare: None,
+            prefaulting: None,
+            bg_stop: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -346,6 +382,9 @@ impl Writer {
         rec.encode_at(pos, dst);
         self.off += total;
         self.staged_ht = Some(rec.ht);
+        if self.spare.is_none() && self.off >= self.active.capacity / 4 {
+            self.start_spare();
+        }
         Ok(pos)
     }
 
@@ -388,26 +427,34 @@ impl Writer {
     /// Returns the new written position.
     pub fn commit(&mut self, sync: SyncPolicy) -> Result<WalPos> {
         let end = self.staged_pos();
+        if sync != SyncPolicy::None {
+            self.settle_none();
+        }
         self.durable_segments = sync != SyncPolicy::None;
         self.committed = end;
         self.committed_ht = self.staged_ht;
-        self.shared.control.set_written(end);
         match sync {
             SyncPolicy::None => {
-                let mut st = self.shared.lock();
-                if let Some(f) = &st.failed {
-                    return Err(poisoned(f));
+                // No lock on this path: two atomic stores to the control file. The lock
+                // state catches up in `settle_none` (rotation, a durable commit, sync,
+                // close).
+                if self.shared.failed_flag.load(Ordering::Acquire) {
+                    self.shared.control.set_written(end);
+                    let st = self.shared.lock();
+                    if let Some(f) = &st.failed {
+                        return Err(poisoned(f));
+                    }
                 }
-                st.written = end;
-                st.synced = st.synced.max(end);
-                drop(st);
-                self.shared.control.raise_durable(end);
+                self.unsettled_none = true;
+                self.shared.control.publish_unsynced(end);
             }
             SyncPolicy::Always => {
+                self.shared.control.set_written(end);
                 self.shared.lock().written = end;
                 self.shared.sync_to(end)?;
             }
             SyncPolicy::Batch => {
+                self.shared.control.set_written(end);
                 self.ensure_flusher();
                 let mut st = self.shared.lock();
                 if let Some(f) = &st.failed {
@@ -424,8 +471,22 @@ impl Writer {
         Ok(end)
     }
 
+    /// Brings the lock state up to the `None` commits made since the last call: they are
+    /// declared synced, and sealed segments below them stop being tracked for syncing.
+    fn settle_none(&mut self) {
+        if !self.unsettled_none {
+            return;
+        }
+        self.unsettled_none = false;
+        let mut st = self.shared.lock();
+        st.written = st.written.max(self.committed);
+        st.synced = st.synced.max(self.committed);
+        st.prune();
+    }
+
     /// Makes everything committed durable now.
     pub fn sync(&mut self) -> Result<WalPos> {
+        self.settle_none();
         self.shared.sync_to(self.committed)?;
         Ok(self.committed)
     }
@@ -433,6 +494,10 @@ impl Writer {
     /// Blocks until `durable_pos ≥ pos` or `timeout`; returns whether it got there.
     pub fn wait_durable(&self, pos: WalPos, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
+        // `None` commits raise durable_pos in the control file without the lock.
+        if self.shared.control.durable() >= pos {
+            return true;
+        }
         let mut st = self.shared.lock();
         loop {
             if st.synced >= pos || st.failed.is_some() {
@@ -479,13 +544,20 @@ impl Writer {
             &self.dir,
             std::io::Error::other("failpoint wal::rotate::err")
         )));
-        let seg = Arc::new(MappedSegment::create(
-            &self.dir,
-            &self.tablet,
-            first,
-            self.opts.segment_size,
-            self.durable_segments,
-        )?);
+        let seg = match self.take_spare() {
+            Some(spare) => {
+                spare.activate_spare(&self.dir, &self.tablet, first, self.durable_segments)?
+            }
+            None => MappedSegment::create(
+                &self.dir,
+                &self.tablet,
+                first,
+                self.opts.segment_size,
+                self.durable_segments,
+            )?,
+        };
+        let seg = Arc::new(seg);
+        self.settle_none();
         self.shared.lock().segs.push(seg.clone());
         self.active = seg;
         self.segments.push(first);
@@ -494,6 +566,83 @@ impl Writer {
             tracing::warn!(tablet = %self.tablet, error = %e, "retention failed; segments kept");
         }
         Ok(())
+    }
+
+    /// Starts preparing the next segment in a background thread: create `spare.seg.partial`
+    /// (preallocated), map it, hand it over, then pre-fault it, so the rotation does no file
+    /// creation inline and the appends after it take no page faults that zero fresh
+    /// page-cache pages. Pre-faulted for write (dirty, no fault left at all) while commits
+    /// use `None`; for read otherwise, so a durable rotation's fdatasync does not write
+    /// back a whole segment of zeros.
+    ///
+    /// The thread first creates and hands over the spare, then waits for the previous
+    /// pre-fault (of the active segment, still ahead of the writer) to finish, then
+    /// pre-faults the spare: one pre-faulting thread at a time, active segment first.
+    fn start_spare(&mut self) {
+        let prev = self.prefaulting.take();
+        let (tx, rx) = mpsc::sync_channel(1);
+        let dir = self.dir.clone();
+        let size = self.opts.segment_size;
+        let write = !self.durable_segments;
+        let stop = self.bg_stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("wal-spare-{}", self.tablet))
+            .spawn(move || {
+                let seg = MappedSegment::create_spare(&dir, size);
+                let pf = seg.as_ref().ok().map(MappedSegment::prefaulter);
+                let sent = tx.send(seg).is_ok();
+                if let Some(prev) = prev {
+                    let _ = prev.join();
+                }
+                if let (true, Some(pf)) = (sent, pf) {
+                    pf.run(write, &stop);
+                }
+            });
+        match spawned {
+            Ok(handle) => self.spare = Some(SpareJob { rx, handle }),
+            Err(e) => {
+                tracing::warn!(tablet = %self.tablet, error = %e, "cannot start the spare segment thread; segments are created at rotation")
+            }
+        }
+    }
+
+    /// The prepared spare, waiting for its creation if needed; `None` when there is none or
+    /// preparing it failed (the caller creates the segment itself).
+    fn take_spare(&mut self) -> Option<MappedSegment> {
+        let job = self.spare.take()?;
+        match job.rx.recv() {
+            Ok(Ok(seg)) => {
+                // It may still be pre-faulting; the writer can overtake it safely.
+                self.prefaulting = Some(job.handle);
+                Some(seg)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(tablet = %self.tablet, error = %e, "preparing the spare segment failed; creating it at rotation");
+                self.prefaulting = Some(job.handle);
+                None
+            }
+            Err(_) => {
+                let _ = job.handle.join();
+                None
+            }
+        }
+    }
+
+    /// Stops the background segment threads and removes an unused spare.
+    fn drop_spare(&mut self) {
+        self.bg_stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.prefaulting.take() {
+            let _ = h.join();
+        }
+        if let Some(job) = self.spare.take() {
+            let _ = job.handle.join();
+            let path = self.dir.join(segment::SPARE_FILE);
+            if let Err(e) = std::fs::remove_file(&path) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(file = %path.display(), error = %e, "cannot remove the spare segment; recovery will");
+                }
+            }
+        }
     }
 
     /// Deletes sealed segments the shipper has acknowledged, and the oldest ones past
@@ -538,6 +687,8 @@ impl Writer {
     }
 
     fn shutdown(&mut self) -> Result<()> {
+        self.drop_spare();
+        self.settle_none();
         let r = if self.shared.lock().failed.is_none() && self.committed > self.shared.lock().synced
         {
             self.shared.sync_to(self.committed)
