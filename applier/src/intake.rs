@@ -545,10 +545,13 @@ fn writer_thread(
             if let Some(f) = failure.take() {
                 return Err(f);
             }
-            fail::fail_point!(
-                "intake::sync",
-                |_| Err("failpoint intake::sync".to_string())
-            );
+            // `return(MS)`: a sync that fails after MS milliseconds (a slow, failing disk).
+            fail::fail_point!("intake::sync", |ms: Option<String>| {
+                if let Some(ms) = ms.and_then(|m| m.parse::<u64>().ok()) {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+                Err("failpoint intake::sync".to_string())
+            });
             w.commit(policy).map(|_| ()).map_err(|e| e.to_string())
         })();
         if let Err(e) = res {

@@ -313,7 +313,9 @@ impl Drop for StopOnDrop<'_> {
 
 #[test]
 fn a_failed_sync_on_the_applier_is_never_acked() {
-    a_failed_disk_write_is_never_acked("intake::sync", "1*return");
+    // The sync fails after 300 ms, as on a slow failing disk: an ack sent before the sync
+    // completes would show within that time.
+    a_failed_disk_write_is_never_acked("intake::sync", "1*return(300)");
 }
 
 #[test]
