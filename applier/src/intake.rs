@@ -491,9 +491,14 @@ fn writer_thread(
             }
         }
         let mut error = None;
+        // An I/O error while staging: nothing of the group may be committed or acked.
+        let mut failure: Option<String> = None;
         let mut n_records = 0u64;
         let mut n_bytes = 0u64;
         for req in group.drain(..) {
+            if failure.is_some() {
+                continue;
+            }
             if req.first != w.staged_pos() {
                 error = Some((
                     req.stream,
@@ -506,15 +511,29 @@ fn writer_thread(
                 ));
                 continue;
             }
-            fail::fail_point!("intake::append", |_| {});
-            match w.append_encoded(&req.payload) {
+            let appended = (|| {
+                fail::fail_point!("intake::append", |_| Err(tidelog_wal::Error::Io {
+                    op: "write",
+                    path: w.dir().to_path_buf(),
+                    source: std::io::Error::other("failpoint intake::append"),
+                }));
+                w.append_encoded(&req.payload)
+            })();
+            match appended {
                 Ok((n, _)) => {
                     n_records += u64::from(n);
                     n_bytes += req.payload.len() as u64;
                 }
-                Err(e) => {
-                    // Nothing of a refused frame is staged.
+                Err(
+                    e
+                    @ (tidelog_wal::Error::InvalidRecord(_) | tidelog_wal::Error::TooLarge { .. }),
+                ) => {
+                    // Refused by verification: nothing of the frame is staged.
                     error = Some((req.stream, "corrupt_frame", e.to_string()));
+                }
+                Err(e) => {
+                    // I/O (e.g. rotating the segment): part of the frame may be staged.
+                    failure = Some(format!("appending to the received log: {e}"));
                 }
             }
         }
@@ -523,10 +542,16 @@ fn writer_thread(
             _ => SyncPolicy::Always,
         };
         let res = (|| -> std::result::Result<(), String> {
-            fail::fail_point!(
-                "intake::sync",
-                |_| Err("failpoint intake::sync".to_string())
-            );
+            if let Some(f) = failure.take() {
+                return Err(f);
+            }
+            // `return(MS)`: a sync that fails after MS milliseconds (a slow, failing disk).
+            fail::fail_point!("intake::sync", |ms: Option<String>| {
+                if let Some(ms) = ms.and_then(|m| m.parse::<u64>().ok()) {
+                    std::thread::sleep(Duration::from_millis(ms));
+                }
+                Err("failpoint intake::sync".to_string())
+            });
             w.commit(policy).map(|_| ()).map_err(|e| e.to_string())
         })();
         if let Err(e) = res {
@@ -694,13 +719,27 @@ async fn serve_tablet_stream(
         anyhow::bail!("{msg}");
     };
     let stream_id = shared.stream_ids.fetch_add(1, Ordering::Relaxed);
+    // A failed tablet stays failed (its writer thread is gone): refuse the stream.
+    let revived = ti
+        .state
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
+            (s != TabletState::Failed as u8).then_some(TabletState::Streaming as u8)
+        });
+    if revived.is_err() {
+        let reason = format!(
+            "the received log of tablet {tablet} failed, intake stopped: {}",
+            lock(&ti.last_error).clone().unwrap_or_default()
+        );
+        let _ = send.write_all(&wire::encode_error("io", &reason)).await;
+        let _ = send.finish();
+        let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
+        anyhow::bail!("{reason}");
+    }
     // The first Ack is the resume position.
     let mut durable = ti.durable.clone();
     let start = durable.borrow_and_update().clone();
     send.write_all(&wire::encode_ack(start.pos, start.safe_time))
         .await?;
-    ti.state
-        .store(TabletState::Streaming as u8, Ordering::SeqCst);
     tracing::debug!(tablet = %tablet, conn = conn_id, from = %start.pos, "tablet stream open");
     let (etx, erx) = tokio::sync::mpsc::channel::<(&'static str, String)>(1);
     let r = tokio::select! {
@@ -789,6 +828,7 @@ async fn receive_frames(
                     conn = conn_id,
                     "{reason}; stream closed, nothing of it written"
                 );
+                *lock(&ti.last_error) = Some(reason.clone());
                 let _ = errors.send(("corrupt_frame", reason.clone())).await;
                 std::future::pending::<()>().await;
                 return Ok(());
@@ -810,6 +850,7 @@ async fn receive_frames(
                         "frame for tablet {} at {} on the stream of tablet {tablet} expecting {expect}",
                         f.tablet, f.first_pos
                     );
+                    *lock(&ti.last_error) = Some(reason.clone());
                     let _ = errors.send(("bad_position", reason)).await;
                     std::future::pending::<()>().await;
                 }
@@ -847,12 +888,10 @@ async fn receive_frames(
                 tracing::warn!(tablet = %tablet, code = %e.code, "shipper reports: {}", e.message);
             }
             (other, _) => {
-                let _ = errors
-                    .send((
-                        "protocol",
-                        format!("unexpected message on a tablet stream: {other:?}"),
-                    ))
-                    .await;
+                let reason =
+                    format!("unexpected message on the stream of tablet {tablet}: {other:?}");
+                *lock(&ti.last_error) = Some(reason.clone());
+                let _ = errors.send(("protocol", reason)).await;
                 std::future::pending::<()>().await;
             }
         }
