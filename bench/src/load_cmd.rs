@@ -47,7 +47,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "50ms")]
     heartbeat_interval: humantime::Duration,
     /// Client connections (sessions) for bank and kv.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 256)]
     connections: usize,
     /// Connect-id state directory (default: $TMPDIR/tidelog-load-sessions).
     #[arg(long)]

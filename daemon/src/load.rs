@@ -163,7 +163,7 @@ impl LoadOptions {
             heartbeat_interval: Duration::from_millis(50),
             round_interval: Duration::from_millis(1),
             max_round_txns: 1024,
-            connections: 64,
+            connections: 256,
             session_dir: None,
             accounts: 1000,
             local_rate: 0.2,
