@@ -455,3 +455,77 @@ fn samples_every_kth_commit_and_bank_refuses_a_used_wal_dir() {
         "{err:#}"
     );
 }
+
+/// 2PC durability ordering, watched from outside like a crash would see it: whenever a
+/// `commit` record is durable, all of its transaction's intents are durable too.
+#[test]
+fn durable_commits_never_precede_their_durable_intents() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = dir.path().join("wal");
+    let mut o = opts(Workload::Bank, dir.path());
+    o.tablets = 4;
+    o.sync = SyncPolicy::Batch;
+    o.local_rate = 0.0;
+    o.abort_rate = 0.0;
+    o.rate = 4000.0;
+    o.max_txns = None;
+    o.duration = Some(Duration::from_millis(2000));
+    let gen = std::thread::spawn(move || run(o));
+    // Wait for all tablets to exist.
+    let tablets: Vec<TabletId> = (0..4).map(|i| format!("t{i}").parse().unwrap()).collect();
+    let mut readers = loop {
+        let rs: Result<Vec<Reader>, _> = tablets
+            .iter()
+            .map(|t| Reader::open(&wal, t, ReadLimit::Durable))
+            .collect();
+        if let Ok(rs) = rs {
+            break rs;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut durable_intents: HashSet<(TxnId, TabletId)> = HashSet::new();
+    // Commits read but not yet known durable at a first snapshot: (tablet, pos, txn, parts).
+    let mut pending: Vec<(usize, u64, TxnId, Vec<TabletId>)> = Vec::new();
+    let mut checked = 0usize;
+    loop {
+        let done = gen.is_finished();
+        // Snapshot 1 then snapshot 2: a commit durable at snapshot 1 had its intents durable
+        // before it was appended, so they are within snapshot 2.
+        let p1: Vec<u64> = readers.iter().map(|r| r.end().unwrap().0).collect();
+        let p2: Vec<u64> = readers.iter().map(|r| r.end().unwrap().0).collect();
+        for (t, r) in readers.iter_mut().enumerate() {
+            while Reader::position(r).0 < p2[t] {
+                let (pos, rec) = Reader::next(r).unwrap().unwrap();
+                match rec.body {
+                    Body::Intent { txn, .. } => {
+                        durable_intents.insert((txn, tablets[t].clone()));
+                    }
+                    Body::Commit {
+                        txn, participants, ..
+                    } => pending.push((t, pos.0, txn, participants)),
+                    _ => {}
+                }
+            }
+        }
+        pending.retain(|(t, pos, txn, parts)| {
+            if *pos >= p1[*t] {
+                return true;
+            }
+            for p in parts {
+                assert!(
+                    durable_intents.contains(&(*txn, p.clone())),
+                    "txn {txn}: commit durable on t{t} before its intent on {p}"
+                );
+            }
+            checked += 1;
+            false
+        });
+        if done {
+            break;
+        }
+    }
+    let s = gen.join().unwrap();
+    assert!(pending.is_empty());
+    assert_eq!(checked as u64, s.committed_by_kind["bank_distributed"]);
+    assert!(checked > 1000, "{checked} commits checked");
+}
