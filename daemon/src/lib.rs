@@ -1,6 +1,7 @@
 //! The `tidelog` daemon's library half: the pieces `main.rs` wires into the CLI and that the
 //! integration tests drive directly — configuration files, certificates, the admin API
-//! server helpers and its client (`ctl`), and systemd notification.
+//! server helpers and its client (`ctl`), systemd notification, and the load generators
+//! (`load`) that `tidelog demo` and `tidelog-bench load` run.
 //!
 //! It holds no shipping or applying logic: that is in `tidelog-shipper` and
 //! `tidelog-applier`; the WAL format is in `tidelog-wal`.
@@ -10,5 +11,6 @@ pub mod applier_daemon;
 pub mod certs;
 pub mod config;
 pub mod ctl;
+pub mod load;
 pub mod notify;
 pub mod shipper_daemon;
