@@ -11,6 +11,7 @@ pub mod applier_daemon;
 pub mod certs;
 pub mod config;
 pub mod ctl;
+pub mod demo;
 pub mod load;
 pub mod notify;
 pub mod shipper_daemon;

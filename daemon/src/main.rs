@@ -37,6 +37,8 @@ enum Command {
     Apply(DaemonArgs),
     /// Run the shipper daemon (source side): tail the WALs and ship them.
     Ship(DaemonArgs),
+    /// Everything on one machine: applier, shipper and a bank workload, with consistency checks.
+    Demo(tidelog::demo::DemoArgs),
     /// Inspect, verify and write tablet WALs (`dump`, `append`, `check`).
     Wal(wal_cmd::WalArgs),
     /// Create the CA and the mTLS certificates of both daemons.
@@ -86,6 +88,7 @@ impl Command {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
             Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn",
             Command::Apply(_) | Command::Ship(_) => "info",
+            Command::Demo(_) => "warn",
         }
     }
 }
@@ -113,6 +116,7 @@ fn run(command: Command) -> Result<()> {
         Command::Wal(args) => wal_cmd::run(args),
         Command::Apply(a) => tidelog::applier_daemon::run(&a.config, a.check),
         Command::Ship(a) => tidelog::shipper_daemon::run(&a.config, a.check),
+        Command::Demo(a) => tidelog::demo::run(a),
         Command::Certs(CertsArgs {
             command: CertsCommand::Init { dir, sans, force },
         }) => {

@@ -1,0 +1,298 @@
+//! `tidelog demo`: the whole product on one machine in one command. Creates a temporary
+//! directory and certificates, starts an applier and a shipper as child processes of this
+//! binary (the way systemd would: `tidelog apply|ship --config F`), runs the bank workload
+//! over 8 tablets with a live progress line, checks the bank total at consistent reads while
+//! it runs, prints a summary and stops everything.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::Value;
+
+use crate::load::{self, LoadOptions, Workload};
+use crate::{certs, ctl};
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How long the bank workload runs.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Tablets (source shards).
+    #[arg(long, default_value_t = 8)]
+    pub tablets: usize,
+    /// Offered load in transactions per second (0 = as fast as the machine goes).
+    #[arg(long, default_value_t = 5000.0)]
+    pub rate: f64,
+    /// Bank accounts.
+    #[arg(long, default_value_t = 1000)]
+    pub accounts: u64,
+    /// Keep the demo directory (configs, WALs, store, logs) instead of removing it.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// A child daemon, SIGKILLed if still running when dropped.
+struct Child2 {
+    child: Option<Child>,
+    what: &'static str,
+}
+
+impl Child2 {
+    fn spawn(what: &'static str, config: &Path, log: &Path) -> Result<Child2> {
+        let exe = std::env::current_exe().context("locating this binary")?;
+        let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(exe)
+            .arg(what)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting tidelog {what}"))?;
+        Ok(Child2 {
+            child: Some(child),
+            what,
+        })
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    fn stop(&mut self, timeout: Duration) -> Result<()> {
+        let Some(mut c) = self.child.take() else { return Ok(()) };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = c.try_wait()? {
+                if !st.success() {
+                    bail!("tidelog {} exited with {st}", self.what);
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                bail!("tidelog {} did not stop within {timeout:?} of SIGTERM", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.child {
+            if let Some(st) = c.try_wait()? {
+                bail!("tidelog {} exited early with {st}; see its log", self.what);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Child2 {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_udp_port() -> Result<u16> {
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct Api {
+    rt: tokio::runtime::Runtime,
+    socket: PathBuf,
+}
+
+impl Api {
+    fn get(&self, path: &str) -> Result<(u16, Value)> {
+        let a = self.rt.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                ctl::call(&self.socket, axum::http::Method::GET, path),
+            )
+            .await
+        })??;
+        Ok((a.status.as_u16(), serde_json::from_slice(&a.body).unwrap_or(Value::Null)))
+    }
+}
+
+/// Sums the bank at the safe time; `None` when no consistent read can be served yet.
+fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
+    let (st, v) = api.get("/v1/scan?prefix=acct/&limit=100000")?;
+    if st != 200 {
+        return Ok(None);
+    }
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    let mut total = 0u64;
+    for i in &items {
+        let s = i["value"].as_str().context("balance is not a string")?;
+        total += s.parse::<u64>().with_context(|| format!("balance {s:?}"))?;
+    }
+    Ok(Some((total, items.len(), v["read_ht"].as_str().unwrap_or("").to_string())))
+}
+
+pub fn run(args: DemoArgs) -> Result<()> {
+    if args.tablets == 0 || args.accounts < 2 {
+        bail!("the demo needs at least one tablet and two accounts");
+    }
+    let dir = std::env::temp_dir().join(format!("tidelog-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = demo(&args, &dir);
+    if args.keep || result.is_err() {
+        println!("demo directory kept: {}", dir.display());
+    } else if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("warning: removing {}: {e}", dir.display());
+    }
+    result
+}
+
+fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
+    println!("tidelog demo: {} tablets, bank workload ({} accounts) for {}, offered {} txn/s",
+        args.tablets, args.accounts, humantime::format_duration(args.duration),
+        if args.rate > 0.0 { format!("{}", args.rate) } else { "max".into() });
+    println!("  directory {}", dir.display());
+    let tls = dir.join("tls");
+    certs::init(&tls, &[], false)?;
+    let port = free_udp_port()?;
+    let tablets: Vec<String> = (0..args.tablets).map(|i| format!("\"t{i}\"")).collect();
+    let p = |f: &str| tls.join(f).display().to_string();
+    let applier_cfg = dir.join("applier.toml");
+    let shipper_cfg = dir.join("shipper.toml");
+    let (asock, ssock) = (dir.join("applier.sock"), dir.join("shipper.sock"));
+    let wal = dir.join("wal");
+    std::fs::create_dir_all(&wal)?;
+    std::fs::write(
+        &applier_cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"1m\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("applier").display(), asock.display(), tablets.join(", "),
+            p("ca.pem"), p("applier.pem"), p("applier.key")
+        ),
+    )?;
+    std::fs::write(
+        &shipper_cfg,
+        format!(
+            "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"demo-source\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            wal.display(), ssock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
+        ),
+    )?;
+    println!("  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}");
+    let mut applier = Child2::spawn("apply", &applier_cfg, &dir.join("applier.log"))?;
+    let mut shipper = Child2::spawn("ship", &shipper_cfg, &dir.join("shipper.log"))?;
+    let api = Api {
+        rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        socket: asock.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while api.get("/v1/status").is_err() {
+        applier.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("the applier did not answer on {} within 30 s", asock.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("  applier (pid {}) and shipper (pid {}) running\n",
+        applier.child.as_ref().map_or(0, Child::id), shipper.child.as_ref().map_or(0, Child::id));
+
+    // The workload, on its own thread.
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut lo = LoadOptions::new(Workload::Bank, &wal);
+    lo.tablets = args.tablets;
+    lo.rate = args.rate;
+    lo.duration = Some(args.duration);
+    lo.accounts = args.accounts;
+    lo.session_dir = Some(dir.join("sessions"));
+    let (st2, c2, b2) = (stop.clone(), committed.clone(), bytes.clone());
+    let load = std::thread::Builder::new().name("bank".into()).spawn(move || {
+        load::run(lo, &st2, |p| {
+            c2.store(p.committed, Ordering::Relaxed);
+            b2.store(p.bytes, Ordering::Relaxed);
+        })
+    })?;
+
+    let started = Instant::now();
+    let mut lags: Vec<u64> = Vec::new();
+    let (mut checks, mut last_c, mut last_b, mut last_t) = (0u32, 0u64, 0u64, Instant::now());
+    let expected = args.accounts * 1000;
+    while !load.is_finished() {
+        std::thread::sleep(Duration::from_millis(1000));
+        applier.check_alive()?;
+        shipper.check_alive()?;
+        let (c, b) = (committed.load(Ordering::Relaxed), bytes.load(Ordering::Relaxed));
+        let dt = last_t.elapsed().as_secs_f64().max(1e-3);
+        let (_, st) = api.get("/v1/safe-time").unwrap_or((0, Value::Null));
+        let lag = st["lag_ms"].as_u64();
+        if let Some(l) = lag {
+            lags.push(l);
+        }
+        let total = bank_total(&api)?;
+        let check = match &total {
+            Some((t, n, _)) if *n as u64 == args.accounts => {
+                if *t != expected {
+                    bail!("bank total at a consistent read is {t}, expected {expected}");
+                }
+                checks += 1;
+                format!("total {t} ok")
+            }
+            Some((_, n, _)) => format!("{n} accounts visible"),
+            None => "safe time not yet initialized".into(),
+        };
+        println!(
+            "  {:>4.1}s  {:>8.0} txn/s  {:>6.2} MB/s  safe-time lag {:>6}  bank {check}",
+            started.elapsed().as_secs_f64(),
+            (c - last_c) as f64 / dt,
+            (b - last_b) as f64 / dt / 1e6,
+            lag.map_or("-".into(), |l| format!("{l} ms")),
+        );
+        (last_c, last_b, last_t) = (c, b, Instant::now());
+    }
+    let summary = load
+        .join()
+        .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
+    // Everything written becomes visible: wait for the safe time to pass the last record.
+    let last_ht = summary.tablet_ends.iter().filter_map(|t| t.last_ht).min().map_or(0, |h| h.0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, st) = api.get("/v1/safe-time")?;
+        let safe: u64 = st["safe_time"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        if safe >= last_ht {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("safe time did not reach the end of the workload within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let Some((total, n, read_ht)) = bank_total(&api)? else {
+        bail!("no consistent read possible after the workload");
+    };
+    if total != expected || n as u64 != args.accounts {
+        bail!("final bank total {total} over {n} accounts, expected {expected} over {}", args.accounts);
+    }
+    checks += 1;
+    lags.sort_unstable();
+    let pct = |q: f64| lags.get(((lags.len() as f64 - 1.0) * q).round() as usize).copied();
+    println!();
+    println!("summary");
+    println!("  transactions   {} committed, {} aborted ({:.0} txn/s)", summary.txns_committed, summary.txns_aborted, summary.txn_per_s);
+    println!("  WAL            {} records, {:.1} MB ({:.2} MB/s)", summary.records, summary.bytes as f64 / 1e6, summary.mb_per_s);
+    println!("  safe-time lag  p50 {} ms, max {} ms (sampled once a second)",
+        pct(0.5).map_or("-".into(), |v| v.to_string()), pct(1.0).map_or("-".into(), |v| v.to_string()));
+    println!("  bank total     {total} at {checks} consistent reads (last at ht {read_ht}), always {expected}");
+    println!("  last gtid      {}", summary.last_gtid.map_or("-".into(), |g| g.to_string()));
+    shipper.stop(Duration::from_secs(20))?;
+    applier.stop(Duration::from_secs(20))?;
+    println!("  applier and shipper stopped cleanly (SIGTERM)");
+    Ok(())
+}
