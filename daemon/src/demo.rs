@@ -45,7 +45,8 @@ struct Child2 {
 impl Child2 {
     fn spawn(what: &'static str, config: &Path, log: &Path) -> Result<Child2> {
         let exe = std::env::current_exe().context("locating this binary")?;
-        let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let log =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
             .arg(what)
             .arg("--config")
@@ -64,7 +65,9 @@ impl Child2 {
 
     /// SIGTERM and wait for a clean exit.
     fn stop(&mut self, timeout: Duration) -> Result<()> {
-        let Some(mut c) = self.child.take() else { return Ok(()) };
+        let Some(mut c) = self.child.take() else {
+            return Ok(());
+        };
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + timeout;
@@ -78,7 +81,10 @@ impl Child2 {
             if Instant::now() > deadline {
                 let _ = c.kill();
                 let _ = c.wait();
-                bail!("tidelog {} did not stop within {timeout:?} of SIGTERM", self.what);
+                bail!(
+                    "tidelog {} did not stop within {timeout:?} of SIGTERM",
+                    self.what
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -104,7 +110,9 @@ impl Drop for Child2 {
 }
 
 fn free_udp_port() -> Result<u16> {
-    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 struct Api {
@@ -121,7 +129,10 @@ impl Api {
             )
             .await
         })??;
-        Ok((a.status.as_u16(), serde_json::from_slice(&a.body).unwrap_or(Value::Null)))
+        Ok((
+            a.status.as_u16(),
+            serde_json::from_slice(&a.body).unwrap_or(Value::Null),
+        ))
     }
 }
 
@@ -137,7 +148,11 @@ fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
         let s = i["value"].as_str().context("balance is not a string")?;
         total += s.parse::<u64>().with_context(|| format!("balance {s:?}"))?;
     }
-    Ok(Some((total, items.len(), v["read_ht"].as_str().unwrap_or("").to_string())))
+    Ok(Some((
+        total,
+        items.len(),
+        v["read_ht"].as_str().unwrap_or("").to_string(),
+    )))
 }
 
 pub fn run(args: DemoArgs) -> Result<()> {
@@ -156,9 +171,17 @@ pub fn run(args: DemoArgs) -> Result<()> {
 }
 
 fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
-    println!("tidelog demo: {} tablets, bank workload ({} accounts) for {}, offered {} txn/s",
-        args.tablets, args.accounts, humantime::format_duration(args.duration),
-        if args.rate > 0.0 { format!("{}", args.rate) } else { "max".into() });
+    println!(
+        "tidelog demo: {} tablets, bank workload ({} accounts) for {}, offered {} txn/s",
+        args.tablets,
+        args.accounts,
+        humantime::format_duration(args.duration),
+        if args.rate > 0.0 {
+            format!("{}", args.rate)
+        } else {
+            "max".into()
+        }
+    );
     println!("  directory {}", dir.display());
     let tls = dir.join("tls");
     certs::init(&tls, &[], false)?;
@@ -189,19 +212,27 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     let mut applier = Child2::spawn("apply", &applier_cfg, &dir.join("applier.log"))?;
     let mut shipper = Child2::spawn("ship", &shipper_cfg, &dir.join("shipper.log"))?;
     let api = Api {
-        rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        rt: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
         socket: asock.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while api.get("/v1/status").is_err() {
         applier.check_alive()?;
         if Instant::now() > deadline {
-            bail!("the applier did not answer on {} within 30 s", asock.display());
+            bail!(
+                "the applier did not answer on {} within 30 s",
+                asock.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    println!("  applier (pid {}) and shipper (pid {}) running\n",
-        applier.child.as_ref().map_or(0, Child::id), shipper.child.as_ref().map_or(0, Child::id));
+    println!(
+        "  applier (pid {}) and shipper (pid {}) running\n",
+        applier.child.as_ref().map_or(0, Child::id),
+        shipper.child.as_ref().map_or(0, Child::id)
+    );
 
     // The workload, on its own thread.
     let stop = Arc::new(AtomicBool::new(false));
@@ -214,12 +245,14 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     lo.accounts = args.accounts;
     lo.session_dir = Some(dir.join("sessions"));
     let (st2, c2, b2) = (stop.clone(), committed.clone(), bytes.clone());
-    let load = std::thread::Builder::new().name("bank".into()).spawn(move || {
-        load::run(lo, &st2, |p| {
-            c2.store(p.committed, Ordering::Relaxed);
-            b2.store(p.bytes, Ordering::Relaxed);
-        })
-    })?;
+    let load = std::thread::Builder::new()
+        .name("bank".into())
+        .spawn(move || {
+            load::run(lo, &st2, |p| {
+                c2.store(p.committed, Ordering::Relaxed);
+                b2.store(p.bytes, Ordering::Relaxed);
+            })
+        })?;
 
     let started = Instant::now();
     let mut lags: Vec<u64> = Vec::new();
@@ -229,7 +262,10 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(1000));
         applier.check_alive()?;
         shipper.check_alive()?;
-        let (c, b) = (committed.load(Ordering::Relaxed), bytes.load(Ordering::Relaxed));
+        let (c, b) = (
+            committed.load(Ordering::Relaxed),
+            bytes.load(Ordering::Relaxed),
+        );
         let dt = last_t.elapsed().as_secs_f64().max(1e-3);
         let (_, st) = api.get("/v1/safe-time").unwrap_or((0, Value::Null));
         let lag = st["lag_ms"].as_u64();
@@ -261,11 +297,19 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         .join()
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
     // Everything written becomes visible: wait for the safe time to pass the last record.
-    let last_ht = summary.tablet_ends.iter().filter_map(|t| t.last_ht).min().map_or(0, |h| h.0);
+    let last_ht = summary
+        .tablet_ends
+        .iter()
+        .filter_map(|t| t.last_ht)
+        .min()
+        .map_or(0, |h| h.0);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, st) = api.get("/v1/safe-time")?;
-        let safe: u64 = st["safe_time"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let safe: u64 = st["safe_time"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         if safe >= last_ht {
             break;
         }
@@ -278,19 +322,39 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         bail!("no consistent read possible after the workload");
     };
     if total != expected || n as u64 != args.accounts {
-        bail!("final bank total {total} over {n} accounts, expected {expected} over {}", args.accounts);
+        bail!(
+            "final bank total {total} over {n} accounts, expected {expected} over {}",
+            args.accounts
+        );
     }
     checks += 1;
     lags.sort_unstable();
-    let pct = |q: f64| lags.get(((lags.len() as f64 - 1.0) * q).round() as usize).copied();
+    let pct = |q: f64| {
+        lags.get(((lags.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
     println!();
     println!("summary");
-    println!("  transactions   {} committed, {} aborted ({:.0} txn/s)", summary.txns_committed, summary.txns_aborted, summary.txn_per_s);
-    println!("  WAL            {} records, {:.1} MB ({:.2} MB/s)", summary.records, summary.bytes as f64 / 1e6, summary.mb_per_s);
-    println!("  safe-time lag  p50 {} ms, max {} ms (sampled once a second)",
-        pct(0.5).map_or("-".into(), |v| v.to_string()), pct(1.0).map_or("-".into(), |v| v.to_string()));
+    println!(
+        "  transactions   {} committed, {} aborted ({:.0} txn/s)",
+        summary.txns_committed, summary.txns_aborted, summary.txn_per_s
+    );
+    println!(
+        "  WAL            {} records, {:.1} MB ({:.2} MB/s)",
+        summary.records,
+        summary.bytes as f64 / 1e6,
+        summary.mb_per_s
+    );
+    println!(
+        "  safe-time lag  p50 {} ms, max {} ms (sampled once a second)",
+        pct(0.5).map_or("-".into(), |v| v.to_string()),
+        pct(1.0).map_or("-".into(), |v| v.to_string())
+    );
     println!("  bank total     {total} at {checks} consistent reads (last at ht {read_ht}), always {expected}");
-    println!("  last gtid      {}", summary.last_gtid.map_or("-".into(), |g| g.to_string()));
+    println!(
+        "  last gtid      {}",
+        summary.last_gtid.map_or("-".into(), |g| g.to_string())
+    );
     shipper.stop(Duration::from_secs(20))?;
     applier.stop(Duration::from_secs(20))?;
     println!("  applier and shipper stopped cleanly (SIGTERM)");

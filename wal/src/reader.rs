@@ -175,6 +175,20 @@ impl Reader {
         if self.segments.first().is_none_or(|f| pos < *f) {
             self.refresh_segments()?;
         }
+        match self.try_read_at(pos) {
+            Ok(r) => Ok(r),
+            // The segment list may predate a rotation (the position lies in a segment this
+            // reader has not listed yet): look again once.
+            Err(_) => {
+                self.refresh_segments()?;
+                self.cur = None;
+                self.buf_len = 0;
+                self.try_read_at(pos)
+            }
+        }
+    }
+
+    fn try_read_at(&mut self, pos: WalPos) -> Result<Record> {
         self.pos = pos;
         self.last_ht = None;
         self.scan_done = false;

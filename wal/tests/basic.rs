@@ -225,3 +225,46 @@ fn none_commits_mixed_with_durable_policies_across_rotations() {
     assert_eq!(w.recovery_report().dropped_bytes, 0);
     assert!(!d.path().join("mix").join("spare.seg.partial").exists());
 }
+
+/// `Reader::read_at` finds records in segments created after the reader listed the
+/// directory (a reader of intents by position on a live log).
+#[test]
+fn read_at_follows_rotations_made_after_the_reader_opened() {
+    use tidelog_wal::{
+        Body, HybridTime, Op, ReadLimit, Reader, Record, SyncPolicy, WalOptions, Writer,
+    };
+    let d = tempfile::tempdir().unwrap();
+    let t: tidelog_wal::TabletId = "ra".parse().unwrap();
+    let mut w = Writer::open(
+        d.path(),
+        &t,
+        WalOptions {
+            segment_size: 8192,
+            ..WalOptions::default()
+        },
+    )
+    .unwrap();
+    let rec = |i: u64| {
+        Record::new(
+            HybridTime(10 + i),
+            Body::Write {
+                ops: vec![Op::put(format!("k{i}"), vec![b'x'; 300])],
+                trx_id: None,
+                gtid: None,
+            },
+        )
+    };
+    let p0 = w.append(&rec(0)).unwrap();
+    w.commit(SyncPolicy::Always).unwrap();
+    let mut r = Reader::open(d.path(), &t, ReadLimit::Durable).unwrap();
+    assert!(r.read_at(p0).unwrap() == rec(0));
+    let mut later = Vec::new();
+    for i in 1..100 {
+        later.push((w.append(&rec(i)).unwrap(), rec(i)));
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+    assert!(r.segment_starts().len() == 1);
+    for (p, want) in later.iter().rev() {
+        assert!(r.read_at(*p).unwrap() == *want, "record at {p}");
+    }
+}
