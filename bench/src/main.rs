@@ -3,8 +3,10 @@
 //! ```text
 //! tidelog-bench wal --record-size 1024 --sync none --duration 10s [--dir DIR] [--json]
 //! tidelog-bench wal --all --duration 5s
+//! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! ```
 
+mod ship;
 mod stats;
 mod wal_bench;
 
@@ -21,11 +23,22 @@ struct Cli {
 enum Cmd {
     /// Single-tablet WAL writer throughput and commit latency, against a raw baseline.
     Wal(wal_bench::WalArgs),
+    /// Ships pre-written WAL to an applier on loopback; raw quinn and TCP beside it.
+    Ship(ship::ShipArgs),
+    /// (internal) the applier peer process of `ship`.
+    #[command(name = "__applier", hide = true)]
+    Applier(ship::ApplierArgs),
+    /// (internal) the raw quinn / TCP sink peer process of `ship`.
+    #[command(name = "__sink", hide = true)]
+    Sink(ship::SinkArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Wal(args) => wal_bench::run(&args),
+        Cmd::Ship(args) => ship::run(&args),
+        Cmd::Applier(args) => ship::run_applier(&args),
+        Cmd::Sink(args) => ship::run_sink(&args),
     }
 }
