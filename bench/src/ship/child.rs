@@ -150,6 +150,15 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
 }
 
 pub fn run_sink(a: &SinkArgs) -> Result<()> {
+    // Never outlive the bench: exit at stdin EOF.
+    let _ = std::thread::Builder::new()
+        .name("stdin-eof".into())
+        .spawn(|| {
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            std::process::exit(0);
+        });
     match a.proto {
         Proto::Tcp => sink_tcp(),
         Proto::Quic => sink_quic(a),

@@ -541,7 +541,7 @@ fn quinn_client(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let run = async move {
         let ep = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
         let t0 = Instant::now();
         let conn = ep.connect_with(cc, addr, "localhost")?.await?;
@@ -563,7 +563,12 @@ fn quinn_client(
         let elapsed = t0.elapsed();
         conn.close(quinn::VarInt::from_u32(0), b"done");
         let _ = tokio::time::timeout(Duration::from_secs(3), ep.wait_idle()).await;
-        Ok((elapsed, u64::from_le_bytes(ack)))
+        Ok::<_, anyhow::Error>((elapsed, u64::from_le_bytes(ack)))
+    };
+    rt.block_on(async move {
+        tokio::time::timeout(Duration::from_secs(300), run)
+            .await
+            .context("raw quinn baseline: no answer within 300 s")?
     })
 }
 
