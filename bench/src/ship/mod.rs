@@ -423,10 +423,9 @@ impl Peer {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let l = self
-                .lines
-                .recv_timeout(left)
-                .with_context(|| format!("waiting for `{prefix}` from the peer process"))?;
+            let l = self.lines.recv_timeout(left).with_context(|| {
+                format!("waiting for a `{prefix}` line from the peer process (did it exit?)")
+            })?;
             if let Some(rest) = l.strip_prefix(prefix) {
                 return Ok(rest.trim().to_string());
             }
