@@ -4,9 +4,11 @@
 //! tidelog-bench wal --record-size 1024 --sync none --duration 10s [--dir DIR] [--json]
 //! tidelog-bench wal --all --duration 5s
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
+//! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! ```
 
 mod load_cmd;
+mod ship;
 mod stats;
 mod wal_bench;
 
@@ -25,6 +27,14 @@ enum Cmd {
     Wal(wal_bench::WalArgs),
     /// Write source WALs like a transactional database would (bank, kv, ordered workloads).
     Load(load_cmd::LoadArgs),
+    /// Ships pre-written WAL to an applier on loopback; raw quinn and TCP beside it.
+    Ship(ship::ShipArgs),
+    /// (internal) the applier peer process of `ship`.
+    #[command(name = "__applier", hide = true)]
+    Applier(ship::ApplierArgs),
+    /// (internal) the raw quinn / TCP sink peer process of `ship`.
+    #[command(name = "__sink", hide = true)]
+    Sink(ship::SinkArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -32,5 +42,8 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Cmd::Wal(args) => wal_bench::run(&args),
         Cmd::Load(args) => load_cmd::run(args),
+        Cmd::Ship(args) => ship::run(&args),
+        Cmd::Applier(args) => ship::run_applier(&args),
+        Cmd::Sink(args) => ship::run_sink(&args),
     }
 }

@@ -89,14 +89,14 @@ pub enum Sync {
 }
 
 impl Sync {
-    fn policy(self) -> SyncPolicy {
+    pub(crate) fn policy(self) -> SyncPolicy {
         match self {
             Sync::None => SyncPolicy::None,
             Sync::Batch => SyncPolicy::Batch,
             Sync::Always => SyncPolicy::Always,
         }
     }
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Sync::None => "none",
             Sync::Batch => "batch",
@@ -871,7 +871,7 @@ fn count_files(dir: &Path, suffix: &str) -> Result<usize> {
     Ok(n)
 }
 
-fn filesystem_of(path: &Path) -> String {
+pub(crate) fn filesystem_of(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return "unknown".into();
@@ -897,7 +897,7 @@ fn filesystem_of(path: &Path) -> String {
     }
 }
 
-fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     // SAFETY: uname fills the zeroed struct; its fields are NUL-terminated.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     if unsafe { libc::uname(&mut u) } != 0 {

@@ -84,10 +84,10 @@ fn wait_visible(c: &Cluster, s: &load::Summary) {
         .unwrap()
         .0;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline && !safe_time(c).is_some_and(|h| h >= last) {
+    while std::time::Instant::now() < deadline && safe_time(c).is_none_or(|h| h < last) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    if !safe_time(c).is_some_and(|h| h >= last) {
+    if safe_time(c).is_none_or(|h| h < last) {
         eprintln!(
             "target {last}\nsafe-time {:?}\nstatus {:?}",
             api(&c.applier_sock, "GET", "/v1/safe-time"),

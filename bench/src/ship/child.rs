@@ -1,0 +1,218 @@
+//! The peer processes of the shipping benchmark, run by re-executing the bench binary with a
+//! hidden subcommand so that each end's CPU time is its own process's:
+//!
+//! * `__applier`: the applier intake, a store and one apply worker per tablet; prints
+//!   `ADDR <addr>`, then `P <received bytes> <applied bytes> <tablets>` every few ms.
+//! * `__sink`: a raw QUIC (same TLS and transport settings) or TCP server that reads one
+//!   stream to its end, discarding, answers with the byte count and exits.
+//!
+//! Both exit on stdin EOF (the bench holds the pipe) or SIGTERM.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::store::Store;
+use tidelog_wal::wire::QuicTuning;
+use tidelog_wal::TabletId;
+
+use super::pki;
+use crate::wal_bench::Sync;
+
+#[derive(Debug, Args)]
+pub struct ApplierArgs {
+    #[arg(long)]
+    pub listen: SocketAddr,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    #[arg(long)]
+    pub certs_dir: PathBuf,
+    #[arg(long, value_enum)]
+    pub sync: Sync,
+    #[arg(long)]
+    pub max_udp_payload: u16,
+    #[arg(long, default_value_t = 5)]
+    pub progress_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Proto {
+    Quic,
+    Tcp,
+}
+
+#[derive(Debug, Args)]
+pub struct SinkArgs {
+    #[arg(long, value_enum)]
+    pub proto: Proto,
+    #[arg(long)]
+    pub certs_dir: PathBuf,
+    #[arg(long)]
+    pub max_udp_payload: u16,
+}
+
+/// Sets the returned flag at stdin EOF (the parent closed the pipe or died) or SIGTERM.
+fn exit_flag(rt: &tokio::runtime::Runtime) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    let _ = std::thread::Builder::new()
+        .name("stdin-eof".into())
+        .spawn(move || {
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            d.store(true, Ordering::SeqCst);
+        });
+    let d = done.clone();
+    rt.spawn(async move {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            s.recv().await;
+            d.store(true, Ordering::SeqCst);
+        }
+    });
+    done
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn run_applier(a: &ApplierArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let store = Arc::new(Store::open(&a.data_dir)?);
+    let received = a.data_dir.join("received");
+    let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
+    let hook: DurableHook = {
+        let (workers, store, received) = (workers.clone(), store.clone(), received.clone());
+        Arc::new(move |t: &TabletId, _| {
+            let mut m = lock(&workers);
+            if let Some(w) = m.get(t) {
+                w.notify();
+                return;
+            }
+            match ApplyWorker::start(store.clone(), &received, t.clone(), ApplyConfig::default()) {
+                Ok(w) => {
+                    m.insert(t.clone(), w);
+                }
+                Err(e) => eprintln!("__applier: starting the apply worker of {t}: {e}"),
+            }
+        })
+    };
+    let mut o = IntakeOptions::new(a.listen, a.data_dir.clone());
+    o.sync = a.sync.policy();
+    o.quic.max_udp_payload = a.max_udp_payload;
+    let intake = {
+        let _g = rt.enter();
+        Intake::start(o, pki::server(&a.certs_dir)?, Some(hook))?
+    };
+    let done = exit_flag(&rt);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ADDR {}", intake.local_addr()?)?;
+    out.flush()?;
+    let every = Duration::from_millis(a.progress_ms.max(1));
+    while !done.load(Ordering::SeqCst) {
+        std::thread::sleep(every);
+        let tablets = intake.tablets();
+        let received: u64 = tablets.iter().map(|t| t.received_pos().0).sum();
+        let (applied, failed) = {
+            let m = lock(&workers);
+            let applied: u64 = m.values().map(|w| w.applied_pos().0).sum();
+            let failed = m
+                .values()
+                .find_map(|w| w.error().map(|e| format!("{}: {e}", w.tablet())));
+            (applied, failed)
+        };
+        if let Some(e) = failed {
+            writeln!(out, "ERR apply worker stopped: {e}")?;
+        }
+        if writeln!(out, "P {received} {applied} {}", tablets.len()).is_err()
+            || out.flush().is_err()
+        {
+            break;
+        }
+    }
+    for (_, mut w) in std::mem::take(&mut *lock(&workers)) {
+        let _ = w.stop();
+    }
+    rt.block_on(intake.shutdown());
+    Ok(())
+}
+
+pub fn run_sink(a: &SinkArgs) -> Result<()> {
+    // Never outlive the bench: exit at stdin EOF.
+    let _ = std::thread::Builder::new()
+        .name("stdin-eof".into())
+        .spawn(|| {
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            std::process::exit(0);
+        });
+    match a.proto {
+        Proto::Tcp => sink_tcp(),
+        Proto::Quic => sink_quic(a),
+    }
+}
+
+fn sink_tcp() -> Result<()> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    println!("ADDR {}", l.local_addr()?);
+    std::io::stdout().flush()?;
+    let (mut s, _) = l.accept()?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => n += k as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    s.write_all(&n.to_le_bytes())?;
+    println!("DONE {n}");
+    Ok(())
+}
+
+fn sink_quic(a: &SinkArgs) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let tuning = QuicTuning {
+        max_udp_payload: a.max_udp_payload,
+        ..QuicTuning::default()
+    };
+    let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
+    rt.block_on(async move {
+        let ep = quinn::Endpoint::server(sc, "127.0.0.1:0".parse()?)?;
+        println!("ADDR {}", ep.local_addr()?);
+        std::io::stdout().flush()?;
+        let conn = ep
+            .accept()
+            .await
+            .context("endpoint closed before a connection")?
+            .await?;
+        let (mut send, mut recv) = conn.accept_bi().await?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0u64;
+        while let Some(k) = recv.read(&mut buf).await? {
+            n += k as u64;
+        }
+        send.write_all(&n.to_le_bytes()).await?;
+        send.finish()?;
+        let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
+        println!("DONE {n}");
+        Ok(())
+    })
+}

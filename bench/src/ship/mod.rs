@@ -1,0 +1,829 @@
+//! `tidelog-bench ship`: ships pre-written WAL over QUIC with mutual TLS to an applier in
+//! another process on loopback, and measures bytes and records durably received and applied,
+//! beside a raw quinn stream and a raw TCP copy of the same bytes in the same run.
+//!
+//! # What is measured
+//!
+//! * Source: `--tablets` WALs written with [`Writer`] (`sync=none`, one final `sync()`),
+//!   untimed, `--total` bytes of `--record-size` records (a one-op `write` with an 8-byte
+//!   key, as in `tidelog-bench wal`), in a temporary directory on the disk under test.
+//! * tidelog: the applier (`__applier`, a re-exec of this binary) runs the intake, the
+//!   store and one apply worker per tablet and prints its totals every 5 ms. The clock
+//!   starts just before `Shipper::start` and stops when the sum of the tablets' received
+//!   (durable) ends equals the sum of the source ends ("received") and, separately, when the
+//!   sum of the applied positions does ("applied"). Progress resolution is 5 ms.
+//! * raw quinn: one connection, one bidirectional stream, the same rustls/quinn
+//!   configuration builders as the shipper and the applier (mutual TLS, TLS 1.3, same
+//!   windows and UDP payload size); the client (in this process, one current-thread runtime
+//!   like a lane) reads the same record bytes from the same segment files in 1 MiB chunks
+//!   (`pread`, page cache) and writes them; the server (`__sink`) reads and discards and
+//!   answers with the byte count. Clock: connect → answer received.
+//! * raw TCP: the same over a loopback TCP connection (`__sink --proto tcp`).
+//! * CPU seconds: utime + stime of each process over the timed interval, from `/proc`, and
+//!   by thread (grouped by name), so it shows where the time goes on the shared cores.
+
+mod child;
+mod cpu;
+mod pki;
+
+pub use child::{run_applier, run_sink, ApplierArgs, SinkArgs};
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use tidelog_shipper::io::IoChoice;
+use tidelog_shipper::{Shipper, ShipperOptions};
+use tidelog_wal::format::SEGMENT_HEADER_LEN;
+use tidelog_wal::wire::QuicTuning;
+use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+
+use crate::stats::{fmt_bytes, fmt_int, parse_size};
+use crate::wal_bench::{filesystem_of, kernel_release, Sync};
+
+#[derive(Debug, Args)]
+pub struct ShipArgs {
+    /// Bytes of WAL to ship, over all tablets (KiB/MiB/GiB suffixes).
+    #[arg(long, default_value = "2GiB", value_parser = parse_size)]
+    total: u64,
+    #[arg(long, default_value_t = 8)]
+    tablets: usize,
+    /// Whole on-disk record size (32-byte header included; minimum 52).
+    #[arg(long, default_value_t = 1024)]
+    record_size: usize,
+    /// Lane counts to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    lanes: Vec<usize>,
+    /// The applier intake's sync policy for received logs.
+    #[arg(long, value_enum, default_value = "batch")]
+    sync: Sync,
+    /// Largest frame the shipper sends.
+    #[arg(long, default_value = "1MiB", value_parser = parse_size)]
+    frame: u64,
+    /// Shipped-but-unacked bytes per tablet.
+    #[arg(long, default_value = "16MiB", value_parser = parse_size)]
+    window: u64,
+    /// Initial (and minimum) QUIC UDP payload, both ends and the raw quinn baseline.
+    #[arg(long, default_value_t = QuicTuning::default().max_udp_payload)]
+    max_udp_payload: u16,
+    /// The shipper's file I/O engine.
+    #[arg(long, default_value = "auto", value_parser = parse_io)]
+    io: IoChoice,
+    /// Directory to create the temporary benchmark directory in (default: the current
+    /// directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Also write every number as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Skip the raw quinn and TCP baselines (for quick iterations; no ratios).
+    #[arg(long)]
+    no_baselines: bool,
+}
+
+fn parse_io(s: &str) -> Result<IoChoice, String> {
+    s.parse()
+}
+
+/// Key length of the records (as in `tidelog-bench wal`).
+const KEY_LEN: usize = 8;
+/// Record header + op count + key and value lengths + key.
+const FIXED_LEN: usize = tidelog_wal::format::RECORD_HEADER_LEN + 12 + KEY_LEN;
+const CHUNK: usize = 1 << 20;
+
+#[derive(Debug, Serialize)]
+struct Source {
+    tablets: usize,
+    record_size: usize,
+    bytes: u64,
+    records: u64,
+    write_s: f64,
+    /// (tablet, end position, records)
+    ends: Vec<(String, u64, u64)>,
+}
+
+/// A contiguous run of record bytes in a segment file.
+#[derive(Debug, Clone)]
+struct Extent {
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+}
+
+#[derive(Debug, Serialize, Clone)]
+struct Rate {
+    bytes: u64,
+    records: u64,
+    elapsed_s: f64,
+    mb_per_s: f64,
+    records_per_s: f64,
+}
+
+impl Rate {
+    fn new(bytes: u64, records: u64, d: Duration) -> Rate {
+        let s = d.as_secs_f64().max(1e-9);
+        Rate {
+            bytes,
+            records,
+            elapsed_s: s,
+            mb_per_s: bytes as f64 / s / 1e6,
+            records_per_s: records as f64 / s,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Baseline {
+    name: &'static str,
+    rate: Rate,
+    cpu_bench: cpu::Usage,
+    cpu_peer: cpu::Usage,
+}
+
+#[derive(Debug, Serialize)]
+struct ShipRun {
+    lanes: usize,
+    io_engine: &'static str,
+    received: Rate,
+    applied: Rate,
+    /// CPU from shipper start to all received / to all applied.
+    cpu_bench_received: cpu::Usage,
+    cpu_applier_received: cpu::Usage,
+    cpu_bench_applied: cpu::Usage,
+    cpu_applier_applied: cpu::Usage,
+    frames: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Output<'a> {
+    nproc: usize,
+    kernel: String,
+    filesystem: String,
+    loadavg_start: String,
+    loadavg_end: String,
+    dir: String,
+    max_udp_payload: u16,
+    frame: u64,
+    window: u64,
+    sync: &'static str,
+    source: &'a Source,
+    baselines: &'a [Baseline],
+    runs: &'a [ShipRun],
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn tablet_id(i: usize) -> Result<TabletId> {
+    format!("bench-{i}")
+        .parse()
+        .map_err(|e| anyhow::anyhow!("tablet id: {e:?}"))
+}
+
+pub fn run(args: &ShipArgs) -> Result<()> {
+    if args.tablets == 0 || args.lanes.is_empty() || args.lanes.contains(&0) {
+        bail!("--tablets and every --lanes value must be positive");
+    }
+    let base = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    };
+    let root = tempfile::Builder::new()
+        .prefix(".tidelog-bench-ship-")
+        .tempdir_in(&base)
+        .with_context(|| format!("creating a temporary directory in {}", base.display()))?;
+    let fs = filesystem_of(root.path());
+    let nproc = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load0 = loadavg();
+    println!(
+        "tidelog-bench ship: {nproc} cores, Linux {}, {} ({fs}), load average {load0}",
+        kernel_release(),
+        root.path().display()
+    );
+    let certs = root.path().join("certs");
+    std::fs::create_dir_all(&certs)?;
+    pki::generate(&certs)?;
+    let wal_dir = root.path().join("wal");
+    let source = prewrite(args, &wal_dir)?;
+    println!(
+        "source: {} tablets, {} in {} records of {} B (pre-written untimed in {:.1}s: sync none + one final sync)",
+        source.tablets,
+        fmt_bytes(source.bytes),
+        fmt_int(source.records),
+        source.record_size,
+        source.write_s
+    );
+    println!(
+        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}",
+        args.max_udp_payload,
+        fmt_bytes(args.frame),
+        fmt_bytes(args.window),
+        fmt_bytes(QuicTuning::default().stream_receive_window),
+        fmt_bytes(QuicTuning::default().receive_window),
+        args.sync.name()
+    );
+    let extents = extents(&wal_dir, &source)?;
+    let mut baselines = Vec::new();
+    if !args.no_baselines {
+        for proto in [child::Proto::Tcp, child::Proto::Quic] {
+            let b = baseline(args, proto, &certs, &extents, &source)?;
+            print_baseline(&b);
+            baselines.push(b);
+        }
+    }
+    let mut runs = Vec::new();
+    for (i, &lanes) in args.lanes.iter().enumerate() {
+        let data = root.path().join(format!("applier-{i}"));
+        let r = ship_run(args, lanes, &wal_dir, &data, &certs, &source)?;
+        print_run(&r);
+        runs.push(r);
+        // Keep the disk free for the next run.
+        let _ = std::fs::remove_dir_all(&data);
+    }
+    let load1 = loadavg();
+    print_summary(args, &source, &baselines, &runs, &load1);
+    if let Some(p) = &args.json {
+        let out = Output {
+            nproc,
+            kernel: kernel_release(),
+            filesystem: fs,
+            loadavg_start: load0,
+            loadavg_end: load1,
+            dir: root.path().display().to_string(),
+            max_udp_payload: args.max_udp_payload,
+            frame: args.frame,
+            window: args.window,
+            sync: args.sync.name(),
+            source: &source,
+            baselines: &baselines,
+            runs: &runs,
+        };
+        std::fs::write(p, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes the source WALs (two threads), untimed for the results.
+fn prewrite(args: &ShipArgs, wal_dir: &Path) -> Result<Source> {
+    let per_tablet = args.total / args.tablets as u64;
+    let value_len = args.record_size.max(FIXED_LEN) - FIXED_LEN;
+    let started = Instant::now();
+    let ids: Vec<TabletId> = (0..args.tablets).map(tablet_id).collect::<Result<_>>()?;
+    let mut ends: Vec<(String, u64, u64)> = Vec::new();
+    std::thread::scope(|s| -> Result<()> {
+        let workers = 2.min(args.tablets);
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let mine: Vec<TabletId> = ids.iter().skip(w).step_by(workers).cloned().collect();
+                s.spawn(move || -> Result<Vec<(String, u64, u64)>> {
+                    let value = vec![0xA5u8; value_len];
+                    let mut out = Vec::new();
+                    for t in mine {
+                        let mut wr = Writer::open(wal_dir, &t, WalOptions::default())?;
+                        let mut n = 0u64;
+                        while wr.written_pos().0 < per_tablet {
+                            for _ in 0..256 {
+                                let key = format!("{:08x}", n % (1 << 20));
+                                let rec = Record::new(
+                                    HybridTime(1 + n),
+                                    Body::Write {
+                                        ops: vec![Op::put(key.into_bytes(), value.clone())],
+                                        trx_id: None,
+                                        gtid: None,
+                                    },
+                                );
+                                wr.append(&rec)?;
+                                n += 1;
+                            }
+                            wr.commit(SyncPolicy::None)?;
+                        }
+                        wr.sync()?;
+                        let end = wr.durable_pos().0;
+                        wr.close()?;
+                        out.push((t.to_string(), end, n));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(r) => ends.extend(r?),
+                Err(_) => bail!("a pre-write thread panicked"),
+            }
+        }
+        Ok(())
+    })?;
+    ends.sort();
+    Ok(Source {
+        tablets: args.tablets,
+        record_size: value_len + FIXED_LEN,
+        bytes: ends.iter().map(|e| e.1).sum(),
+        records: ends.iter().map(|e| e.2).sum(),
+        write_s: started.elapsed().as_secs_f64(),
+        ends,
+    })
+}
+
+/// The record bytes of every segment of every tablet, in log order.
+fn extents(wal_dir: &Path, src: &Source) -> Result<Vec<Extent>> {
+    let mut out = Vec::new();
+    for (t, end, _) in &src.ends {
+        let segs = tidelog_wal::reader::list_segments(&wal_dir.join(t))?;
+        for (i, (first, path)) in segs.iter().enumerate() {
+            let next = segs.get(i + 1).map_or(*end, |(p, _)| p.0);
+            out.push(Extent {
+                path: path.clone(),
+                offset: SEGMENT_HEADER_LEN as u64,
+                len: next.saturating_sub(first.0),
+            });
+        }
+    }
+    let total: u64 = out.iter().map(|e| e.len).sum();
+    if total != src.bytes {
+        bail!(
+            "segment extents hold {total} bytes, the source {}",
+            src.bytes
+        );
+    }
+    Ok(out)
+}
+
+/// Calls `f` with each ≤ 1 MiB chunk of the extents, read with `pread`.
+fn for_each_chunk(extents: &[Extent], mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    for e in extents {
+        let file = std::fs::File::open(&e.path)?;
+        let mut off = 0u64;
+        while off < e.len {
+            let n = (e.len - off).min(CHUNK as u64) as usize;
+            file.read_exact_at(&mut buf[..n], e.offset + off)?;
+            f(&buf[..n])?;
+            off += n as u64;
+        }
+    }
+    Ok(())
+}
+
+/// A peer process: this binary with a hidden subcommand.
+struct Peer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Peer {
+    fn spawn(args: Vec<OsString>) -> Result<Peer> {
+        let exe = std::env::current_exe()?;
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting a peer process")?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().context("peer stdout")?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("peer-out".into())
+            .spawn(move || {
+                for l in BufReader::new(stdout).lines() {
+                    let Ok(l) = l else { break };
+                    if tx.send(l).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Peer {
+            child,
+            stdin,
+            lines: rx,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line starting with `prefix` (others are echoed), within `timeout`.
+    fn expect(&self, prefix: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let l = self.lines.recv_timeout(left).with_context(|| {
+                format!("waiting for a `{prefix}` line from the peer process (did it exit?)")
+            })?;
+            if let Some(rest) = l.strip_prefix(prefix) {
+                return Ok(rest.trim().to_string());
+            }
+            println!("peer: {l}");
+        }
+    }
+
+    fn addr(&self) -> Result<SocketAddr> {
+        Ok(self.expect("ADDR ", Duration::from_secs(30))?.parse()?)
+    }
+
+    /// Closes stdin (the peer's signal to exit) and waits for it.
+    fn finish(mut self) -> Result<()> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                if !st.success() {
+                    bail!("peer process exited with {st}");
+                }
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                bail!("peer process did not exit within 60 s of stdin EOF; killed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(200));
+            if matches!(self.child.try_wait(), Ok(None)) {
+                let _ = self.child.kill();
+            }
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn baseline(
+    args: &ShipArgs,
+    proto: child::Proto,
+    certs: &Path,
+    extents: &[Extent],
+    src: &Source,
+) -> Result<Baseline> {
+    let name = match proto {
+        child::Proto::Tcp => "raw tcp",
+        child::Proto::Quic => "raw quinn",
+    };
+    println!("[baseline] {name}: {} ...", fmt_bytes(src.bytes));
+    let peer = Peer::spawn(vec![
+        "__sink".into(),
+        "--proto".into(),
+        match proto {
+            child::Proto::Tcp => "tcp".into(),
+            child::Proto::Quic => "quic".into(),
+        },
+        "--certs-dir".into(),
+        certs.into(),
+        "--max-udp-payload".into(),
+        args.max_udp_payload.to_string().into(),
+    ])?;
+    let addr = peer.addr()?;
+    let (c0, p0) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
+    let (elapsed, n) = match proto {
+        child::Proto::Tcp => tcp_client(addr, extents)?,
+        child::Proto::Quic => quinn_client(addr, args.max_udp_payload, certs, extents)?,
+    };
+    let (c1, p1) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
+    peer.expect("DONE ", Duration::from_secs(30))?;
+    peer.finish()?;
+    if n != src.bytes {
+        bail!("{name}: the sink counted {n} bytes, expected {}", src.bytes);
+    }
+    Ok(Baseline {
+        name,
+        rate: Rate::new(n, src.records, elapsed),
+        cpu_bench: cpu::usage(&c0, &c1),
+        cpu_peer: cpu::usage(&p0, &p1),
+    })
+}
+
+fn tcp_client(addr: SocketAddr, extents: &[Extent]) -> Result<(Duration, u64)> {
+    use std::io::Read;
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect(addr)?;
+    for_each_chunk(extents, |c| Ok(s.write_all(c)?))?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut ack = [0u8; 8];
+    s.read_exact(&mut ack)?;
+    Ok((t0.elapsed(), u64::from_le_bytes(ack)))
+}
+
+fn quinn_client(
+    addr: SocketAddr,
+    max_udp_payload: u16,
+    certs: &Path,
+    extents: &[Extent],
+) -> Result<(Duration, u64)> {
+    let tuning = QuicTuning {
+        max_udp_payload,
+        ..QuicTuning::default()
+    };
+    let cc = tidelog_shipper::tls::client_config(&pki::client(certs)?, &tuning)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let run = async move {
+        let ep = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+        let t0 = Instant::now();
+        let conn = ep.connect_with(cc, addr, "localhost")?.await?;
+        let (mut send, mut recv) = conn.open_bi().await?;
+        let mut buf = vec![0u8; CHUNK];
+        for e in extents {
+            let file = std::fs::File::open(&e.path)?;
+            let mut off = 0u64;
+            while off < e.len {
+                let n = (e.len - off).min(CHUNK as u64) as usize;
+                file.read_exact_at(&mut buf[..n], e.offset + off)?;
+                send.write_all(&buf[..n]).await?;
+                off += n as u64;
+            }
+        }
+        send.finish()?;
+        let mut ack = [0u8; 8];
+        recv.read_exact(&mut ack).await?;
+        let elapsed = t0.elapsed();
+        conn.close(quinn::VarInt::from_u32(0), b"done");
+        let _ = tokio::time::timeout(Duration::from_secs(3), ep.wait_idle()).await;
+        Ok::<_, anyhow::Error>((elapsed, u64::from_le_bytes(ack)))
+    };
+    rt.block_on(async move {
+        tokio::time::timeout(Duration::from_secs(300), run)
+            .await
+            .context("raw quinn baseline: no answer within 300 s")?
+    })
+}
+
+fn ship_run(
+    args: &ShipArgs,
+    lanes: usize,
+    wal_dir: &Path,
+    data: &Path,
+    certs: &Path,
+    src: &Source,
+) -> Result<ShipRun> {
+    println!(
+        "[ship] lanes={lanes}: {} over {} tablets ...",
+        fmt_bytes(src.bytes),
+        src.tablets
+    );
+    std::fs::create_dir_all(data)?;
+    let peer = Peer::spawn(vec![
+        "__applier".into(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        data.into(),
+        "--certs-dir".into(),
+        certs.into(),
+        "--sync".into(),
+        args.sync.name().into(),
+        "--max-udp-payload".into(),
+        args.max_udp_payload.to_string().into(),
+    ])?;
+    let addr = peer.addr()?;
+    let mut o = ShipperOptions::new(wal_dir.to_path_buf(), addr);
+    o.shipper_id = "tidelog-bench".into();
+    o.lanes = lanes;
+    o.io_engine = args.io;
+    o.max_frame_bytes = usize::try_from(args.frame)?;
+    o.window_bytes = args.window;
+    o.quic.max_udp_payload = args.max_udp_payload;
+    let tls = pki::client(certs)?;
+    let (c0, p0) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
+    let t0 = Instant::now();
+    let shipper = Shipper::start(o, tls)?;
+    let mut received_at: Option<(Duration, cpu::Snapshot, cpu::Snapshot)> = None;
+    let mut last_change = Instant::now();
+    let mut last = (0u64, 0u64);
+    let applied_at = loop {
+        let l = peer.expect("", Duration::from_secs(120))?;
+        if let Some(e) = l.strip_prefix("ERR ") {
+            bail!("applier: {e}");
+        }
+        let Some(p) = l.strip_prefix("P ") else {
+            println!("applier: {l}");
+            continue;
+        };
+        let f: Vec<u64> = p
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        let (recv, applied) = (
+            f.first().copied().unwrap_or(0),
+            f.get(1).copied().unwrap_or(0),
+        );
+        if (recv, applied) != last {
+            last = (recv, applied);
+            last_change = Instant::now();
+        } else if last_change.elapsed() > Duration::from_secs(60) {
+            bail!(
+                "no progress for 60 s: received {recv}, applied {applied} of {}",
+                src.bytes
+            );
+        }
+        if received_at.is_none() && recv >= src.bytes {
+            let el = t0.elapsed();
+            received_at = Some((el, cpu::snapshot(None), cpu::snapshot(Some(peer.pid()))));
+        }
+        if applied >= src.bytes {
+            break (
+                t0.elapsed(),
+                cpu::snapshot(None),
+                cpu::snapshot(Some(peer.pid())),
+            );
+        }
+    };
+    let Some(received_at) = received_at else {
+        bail!("applied everything before receiving it?");
+    };
+    let frames = shipper.status().values().map(|s| s.frames).sum();
+    let io_engine = shipper.io_engine().name();
+    shipper.shutdown();
+    peer.finish()?;
+    Ok(ShipRun {
+        lanes,
+        io_engine,
+        received: Rate::new(src.bytes, src.records, received_at.0),
+        applied: Rate::new(src.bytes, src.records, applied_at.0),
+        cpu_bench_received: cpu::usage(&c0, &received_at.1),
+        cpu_applier_received: cpu::usage(&p0, &received_at.2),
+        cpu_bench_applied: cpu::usage(&c0, &applied_at.1),
+        cpu_applier_applied: cpu::usage(&p0, &applied_at.2),
+        frames,
+    })
+}
+
+fn print_baseline(b: &Baseline) {
+    println!(
+        "  {}: {:.3}s, {:.1} MB/s, {} records/s; CPU client {}; server {}",
+        b.name,
+        b.rate.elapsed_s,
+        b.rate.mb_per_s,
+        fmt_int(b.rate.records_per_s as u64),
+        b.cpu_bench.describe(3),
+        b.cpu_peer.describe(3)
+    );
+}
+
+fn print_run(r: &ShipRun) {
+    println!(
+        "  received: {:.3}s, {:.1} MB/s, {} records/s ({} frames, io {})",
+        r.received.elapsed_s,
+        r.received.mb_per_s,
+        fmt_int(r.received.records_per_s as u64),
+        fmt_int(r.frames),
+        r.io_engine
+    );
+    println!(
+        "    CPU to received: shipper process {}",
+        r.cpu_bench_received.describe(4)
+    );
+    println!(
+        "                     applier process {}",
+        r.cpu_applier_received.describe(5)
+    );
+    println!(
+        "  applied:  {:.3}s, {:.1} MB/s, {} records/s",
+        r.applied.elapsed_s,
+        r.applied.mb_per_s,
+        fmt_int(r.applied.records_per_s as u64)
+    );
+    println!(
+        "    CPU to applied:  shipper process {}",
+        r.cpu_bench_applied.describe(4)
+    );
+    println!(
+        "                     applier process {}",
+        r.cpu_applier_applied.describe(5)
+    );
+}
+
+fn pass(b: bool) -> &'static str {
+    if b {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+fn print_summary(
+    args: &ShipArgs,
+    src: &Source,
+    baselines: &[Baseline],
+    runs: &[ShipRun],
+    load_end: &str,
+) {
+    let quinn = baselines
+        .iter()
+        .find(|b| b.name == "raw quinn")
+        .map(|b| b.rate.mb_per_s);
+    let tcp = baselines
+        .iter()
+        .find(|b| b.name == "raw tcp")
+        .map(|b| b.rate.mb_per_s);
+    let ratio =
+        |x: f64, base: Option<f64>| base.map_or("-".to_string(), |b| format!("{:.3}×", x / b));
+    println!();
+    println!(
+        "== summary: {} in {} records of {} B over {} tablets, loopback, load average at end {load_end} ==",
+        fmt_bytes(src.bytes),
+        fmt_int(src.records),
+        src.record_size,
+        src.tablets
+    );
+    println!(
+        "{:<28} {:>9} {:>9} {:>12} {:>9} {:>9} {:>10} {:>10}",
+        "run", "elapsed", "MB/s", "records/s", "×quinn", "×tcp", "CPU send", "CPU recv"
+    );
+    for b in baselines {
+        println!(
+            "{:<28} {:>8.3}s {:>9.1} {:>12} {:>9} {:>9} {:>9.2}s {:>9.2}s",
+            b.name,
+            b.rate.elapsed_s,
+            b.rate.mb_per_s,
+            fmt_int(b.rate.records_per_s as u64),
+            ratio(b.rate.mb_per_s, quinn),
+            ratio(b.rate.mb_per_s, tcp),
+            b.cpu_bench.total_s,
+            b.cpu_peer.total_s
+        );
+    }
+    for r in runs {
+        for (what, rate, cs, cr) in [
+            (
+                "received",
+                &r.received,
+                &r.cpu_bench_received,
+                &r.cpu_applier_received,
+            ),
+            (
+                "applied",
+                &r.applied,
+                &r.cpu_bench_applied,
+                &r.cpu_applier_applied,
+            ),
+        ] {
+            println!(
+                "{:<28} {:>8.3}s {:>9.1} {:>12} {:>9} {:>9} {:>9.2}s {:>9.2}s",
+                format!("tidelog lanes={} {what}", r.lanes),
+                rate.elapsed_s,
+                rate.mb_per_s,
+                fmt_int(rate.records_per_s as u64),
+                ratio(rate.mb_per_s, quinn),
+                ratio(rate.mb_per_s, tcp),
+                cs.total_s,
+                cr.total_s
+            );
+        }
+    }
+    println!(
+        "(CPU send = this process: client / shipper; CPU recv = the peer process: sink / applier)"
+    );
+    let line = |name: String, actual: f64, target: f64| {
+        println!(
+            "budget {name:<52} actual {actual:>8.3}  target {target:>6}  {}",
+            pass(actual >= target)
+        );
+    };
+    for r in runs {
+        if r.lanes == 1 {
+            if let Some(q) = quinn {
+                line(
+                    "lanes=1 received: ≥ 0.8× raw quinn (ratio)".into(),
+                    r.received.mb_per_s / q,
+                    0.8,
+                );
+            }
+        }
+        if args.record_size == 1024 {
+            line(
+                format!("lanes={} durably received MB/s ≥ 300", r.lanes),
+                r.received.mb_per_s,
+                300.0,
+            );
+            line(
+                format!("lanes={} applied MB/s ≥ 150", r.lanes),
+                r.applied.mb_per_s,
+                150.0,
+            );
+        }
+    }
+}
