@@ -1,0 +1,80 @@
+//! The running safe-time machinery against a real store: published only once the store is
+//! durable, monotone, persisted across a restart, and a waiter that blocks until safe time
+//! reaches T or a deadline passes.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tidelog_applier::consistency::Consistency;
+use tidelog_applier::store::{Durability, Store};
+use tidelog_wal::format::RECORD_HEADER_LEN;
+use tidelog_wal::{Body, HybridTime, Record, TabletId, WalPos};
+
+fn t(s: &str) -> TabletId {
+    s.parse().unwrap()
+}
+
+/// Applies heartbeats at `hts` to tablet `tab` from `from`; returns the outcome and the end.
+fn heartbeats(
+    store: &Store,
+    tab: &TabletId,
+    from: WalPos,
+    hts: &[u64],
+) -> (tidelog_applier::store::ApplyOutcome, WalPos) {
+    let mut pos = from;
+    let mut recs = Vec::new();
+    for h in hts {
+        let r = Record::new(HybridTime(*h), Body::Heartbeat);
+        let len = (RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64;
+        recs.push((pos, r));
+        pos = pos.add(len);
+    }
+    (
+        store.apply(tab, &recs, pos, Durability::Buffered).unwrap(),
+        pos,
+    )
+}
+
+#[test]
+fn published_waited_for_monotone_and_persisted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let c = Consistency::start(store.clone(), vec![t("a"), t("b")]).unwrap();
+    let noop = Arc::new(|| {});
+    c.register_worker(&t("a"), HybridTime::MIN, noop.clone());
+    c.register_worker(&t("b"), HybridTime::MIN, noop.clone());
+    assert_eq!(c.safe_time(), None);
+    let (out, a_end) = heartbeats(&store, &t("a"), WalPos::ZERO, &[100, 200]);
+    c.after_batch(&t("a"), &out);
+    // b has not reported: a waiter times out at its deadline.
+    let start = Instant::now();
+    assert!(!c.wait_for(HybridTime(1), Instant::now() + Duration::from_millis(200)));
+    assert!(start.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        c.report().uninitialized_reason.as_deref(),
+        Some("tablet b has not reported yet")
+    );
+    // A waiter on another thread is woken when b reports.
+    let c2 = c.clone();
+    let waiter = std::thread::spawn(move || {
+        c2.wait_for(HybridTime(150), Instant::now() + Duration::from_secs(20))
+    });
+    let (out, _) = heartbeats(&store, &t("b"), WalPos::ZERO, &[150, 160]);
+    c.after_batch(&t("b"), &out);
+    assert!(waiter.join().unwrap());
+    assert_eq!(c.safe_time(), Some(HybridTime(160)));
+    assert_eq!(c.report().laggiest, Some(t("b")));
+    // a moves on; b holds it: still 160. Never lower.
+    let (out, _) = heartbeats(&store, &t("a"), a_end, &[300]);
+    c.after_batch(&t("a"), &out);
+    assert!(!c.wait_for(HybridTime(161), Instant::now() + Duration::from_millis(100)));
+    assert_eq!(c.safe_time(), Some(HybridTime(160)));
+    c.stop();
+    drop(c);
+    // Restart: the persisted safe time is published at once.
+    let c = Consistency::start(store.clone(), vec![t("a"), t("b")]).unwrap();
+    assert_eq!(c.safe_time(), Some(HybridTime(160)));
+    assert_eq!(store.global_safe_time().unwrap(), Some(HybridTime(160)));
+    c.stop();
+}
