@@ -547,7 +547,22 @@ async fn connection(
         .with_context(|| format!("connecting to {}", shared.opts.applier))?;
     let (mut csend, mut crecv) = conn.open_bi().await?;
     let conn = Rc::new(conn);
+    // Control messages arrive through a channel: reading a QUIC stream is not cancel-safe,
+    // the select below is.
+    let (ctx, mut crx) = mpsc::unbounded_channel::<Result<Option<Message>>>();
+    let reader = tokio::task::spawn_local(async move {
+        loop {
+            let m = read_msg(&mut crecv).await;
+            let end = !matches!(m, Ok(Some(_)));
+            if ctx.send(m).is_err() || end {
+                return;
+            }
+        }
+    });
+    let _reader = AbortOnDrop(reader);
     let mut announce = tablets.clone();
+    // Tablets refused (claimed by another live shipper): asked for again every 5 s.
+    let mut refused: Vec<(TabletId, Instant)> = Vec::new();
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
     loop {
@@ -558,7 +573,7 @@ async fn connection(
                 tablets: hello_tablets(shared, &announce),
             };
             csend.write_all(&wire::encode_hello(&hello)).await?;
-            let welcome = match read_msg(&mut crecv).await? {
+            let welcome = match crx.recv().await.unwrap_or(Ok(None))? {
                 Some(Message::Welcome(w)) => w,
                 Some(Message::Error(e)) => {
                     anyhow::bail!("applier refused: {}: {}", e.code, e.message)
@@ -585,6 +600,7 @@ async fn connection(
                         tracing::error!(tablet = %wt.tablet, "applier refused the tablet: {reason}");
                         st.set_state(ShipState::Refused);
                         st.set_error(Some(reason));
+                        refused.push((wt.tablet.clone(), Instant::now()));
                     }
                 }
             }
@@ -613,14 +629,32 @@ async fn connection(
             e = conn.closed() => {
                 anyhow::bail!("{e}");
             }
-            m = read_msg(&mut crecv) => {
-                match m? {
+            () = tokio::time::sleep(Duration::from_secs(1)), if !refused.is_empty() => {
+                let due = Instant::now() - Duration::from_secs(5);
+                refused.retain(|(t, at)| {
+                    if *at <= due {
+                        announce.push(t.clone());
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            m = crx.recv() => {
+                match m.unwrap_or(Ok(None))? {
                     Some(Message::Error(e)) => anyhow::bail!("applier: {}: {}", e.code, e.message),
                     None => anyhow::bail!("the applier closed the control stream"),
                     Some(other) => anyhow::bail!("unexpected control message {other:?}"),
                 }
             }
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -180,8 +180,15 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
     let addr = intake.local_addr().unwrap();
     let mut w1 = source(src1.path(), &tablet(0), 64 << 10);
     write_records(&mut w1, 0, 20, 10);
-    let mut w2 = source(src2.path(), &tablet(0), 64 << 10);
-    write_records(&mut w2, 0, 30, 10);
+    drop(w1);
+    // host-b holds a copy of the same log (a standby source host), then writes more.
+    let (d1, d2) = (src1.path().join("tablet-0"), src2.path().join("tablet-0"));
+    std::fs::create_dir_all(&d2).unwrap();
+    for e in std::fs::read_dir(&d1).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), d2.join(e.file_name())).unwrap();
+    }
+    let w1 = source(src1.path(), &tablet(0), 64 << 10);
     let mut o1 = shipper_opts(src1.path(), addr, IoChoice::Auto, 1);
     o1.shipper_id = "host-a".into();
     let s1 = Shipper::start(o1, client_tls(&p)).unwrap();
@@ -191,6 +198,8 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
             .tablet(&tablet(0))
             .is_some_and(|t| t.received_pos() >= end)
     });
+    let mut w2 = source(src2.path(), &tablet(0), 64 << 10);
+    write_records(&mut w2, 100, 30, 10);
     let mut o2 = shipper_opts(src2.path(), addr, IoChoice::Auto, 1);
     o2.shipper_id = "host-b".into();
     let s2 = Shipper::start(o2, client_tls(&p)).unwrap();
@@ -205,7 +214,20 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
         "{reason}"
     );
     assert_eq!(intake.tablet(&tablet(0)).unwrap().received_pos(), end);
-    s2.shutdown();
+    // host-a goes away (cleanly: its connection closes); host-b asks again and takes over.
     s1.shutdown();
+    let end2 = w2.written_pos();
+    wait_for(
+        "host-b takes over after host-a left",
+        Duration::from_secs(30),
+        || {
+            intake
+                .tablet(&tablet(0))
+                .is_some_and(|t| t.received_pos() >= end2)
+        },
+    );
+    let got = read_all(&dst.path().join("received"), &tablet(0));
+    assert!(got == read_all(src2.path(), &tablet(0)));
+    s2.shutdown();
     rt.block_on(intake.shutdown());
 }
