@@ -46,6 +46,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
 use tidelog::load::{self, CommitSample, LoadOptions, Workload};
+use tidelog_wal::SyncPolicy;
 
 use crate::ship::cpu;
 use crate::stats::{fmt_int, fmt_ns, Latency};
@@ -83,6 +84,15 @@ pub struct E2eArgs {
     /// Client connections (sessions) of the generator.
     #[arg(long, default_value_t = 256)]
     connections: usize,
+    /// Sync policy of the source WALs: `always` (a commit returns once durable, like a
+    /// database's commit; the lag starts there) or `batch` (the writer's 5 ms group commit:
+    /// commit returns before the data is durable, so the lag includes that wait).
+    #[arg(long, default_value = "always")]
+    source_sync: SyncPolicy,
+    /// The generator writes a heartbeat on a tablet idle this long. Safe time is the minimum
+    /// over tablets, so at low rates the least recently written tablet gates it.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    heartbeat_interval: Duration,
     /// Sample every N-th commit for the lag.
     #[arg(long, default_value_t = 50)]
     sample_every: u64,
@@ -527,6 +537,8 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     lo.connections = args.connections;
     lo.session_dir = Some(dir.join("sessions"));
     lo.sample_every = args.sample_every;
+    lo.sync = args.source_sync;
+    lo.heartbeat_interval = args.heartbeat_interval;
     lo.samples = Some(tx);
 
     let (cpu_a0, cpu_s0, cpu_b0) = (
@@ -724,6 +736,8 @@ struct Check {
 struct Report {
     workload: String,
     tablets: usize,
+    source_sync: String,
+    heartbeat_interval_ms: f64,
     duration_s: f64,
     warmup_s: f64,
     sample_every: u64,
@@ -774,9 +788,11 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let la0 = loadavg();
     println!(
-        "tidelog-bench e2e: {} workload, {} tablets, {}s per run ({}s warm-up not sampled), every {}th commit sampled, safe time polled every {} µs",
+        "tidelog-bench e2e: {} workload, {} tablets, source sync {}, heartbeats after {:?} idle, {}s per run ({}s warm-up not sampled), every {}th commit sampled, safe time polled every {} µs",
         args.workload,
         args.tablets,
+        args.source_sync,
+        args.heartbeat_interval,
         args.duration.as_secs_f64(),
         args.warmup.as_secs_f64(),
         args.sample_every,
@@ -833,9 +849,10 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, sync batch, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
+        args.source_sync,
         fmt_ns(fsync.p50_ns),
         fmt_ns(fsync.p99_ns),
         loadavg()
@@ -931,6 +948,8 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         let r = Report {
             workload: args.workload.to_string(),
             tablets: args.tablets,
+            source_sync: args.source_sync.to_string(),
+            heartbeat_interval_ms: args.heartbeat_interval.as_secs_f64() * 1e3,
             duration_s: args.duration.as_secs_f64(),
             warmup_s: args.warmup.as_secs_f64(),
             sample_every: args.sample_every,
