@@ -14,8 +14,9 @@
 //!   with `commit_ht ≤ safe_time` at once: lag = wall time when the answer arrived −
 //!   `committed_at`. Recorded in microseconds in an hdrhistogram (3 significant digits). The
 //!   resolution is the poll interval plus one round trip (reported: polls/s, µs per poll).
-//!   Samples committed during the first `--warmup` of a run (shipper connecting, tablets
-//!   registering) are not recorded.
+//!   Samples committed within `--warmup` of the run's first sampled commit (shipper
+//!   connecting, tablets registering, a rate-limited generator catching up on its schedule
+//!   after the bank's initial balances) are not recorded.
 //! * Rates: txn/s and MB/s of the generator over the whole run; apply rate = sum over tablets
 //!   of `applied_records` from `GET /v1/status`, delta over the load interval.
 //! * Catch-up: after the load stops (its final heartbeats written), the time until the safe
@@ -66,7 +67,7 @@ pub struct E2eArgs {
     /// Load duration of each run.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     duration: Duration,
-    /// Samples committed in the first part of a run are not recorded.
+    /// Samples committed within this long of a run's first sampled commit are not recorded.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     warmup: Duration,
     /// Write the results as JSON here.
@@ -321,11 +322,14 @@ struct SamplerOut {
 fn sampler(
     socket: PathBuf,
     rx: mpsc::Receiver<CommitSample>,
-    warmup_until: SystemTime,
+    warmup: Duration,
     poll: Duration,
     give_up: Arc<AtomicBool>,
 ) -> Result<SamplerOut> {
-    let warm_us = micros_since_epoch(warmup_until);
+    // The warm-up counts from the first sampled commit: the bank's initial balances take a
+    // while, and a rate-limited generator then catches up on its schedule in a burst.
+    let warmup_us = u64::try_from(warmup.as_micros()).unwrap_or(u64::MAX);
+    let mut warm_us: Option<u64> = None;
     let mut admin = Admin::new(&socket);
     let mut heap: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
     let mut out = SamplerOut {
@@ -337,14 +341,16 @@ fn sampler(
         poll_errors: 0,
     };
     let mut disconnected = false;
-    let push = |s: CommitSample, heap: &mut BinaryHeap<Reverse<(u64, u64)>>, o: &mut SamplerOut| {
-        let at = micros_since_epoch(s.committed_at);
-        if at < warm_us {
-            o.skipped_warmup += 1;
-        } else {
-            heap.push(Reverse((s.commit_ht.0, at)));
-        }
-    };
+    let mut push =
+        |s: CommitSample, heap: &mut BinaryHeap<Reverse<(u64, u64)>>, o: &mut SamplerOut| {
+            let at = micros_since_epoch(s.committed_at);
+            let until = *warm_us.get_or_insert(at.saturating_add(warmup_us));
+            if at < until {
+                o.skipped_warmup += 1;
+            } else {
+                heap.push(Reverse((s.commit_ht.0, at)));
+            }
+        };
     loop {
         loop {
             match rx.try_recv() {
@@ -515,7 +521,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
 
     let (tx, rx) = mpsc::channel::<CommitSample>();
     let give_up = Arc::new(AtomicBool::new(false));
-    let warmup_until = SystemTime::now() + args.warmup;
+    let warmup = args.warmup;
     let sampler_t = {
         let (sock, gu, poll) = (
             asock.clone(),
@@ -524,7 +530,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         );
         std::thread::Builder::new()
             .name("lag-sampler".into())
-            .spawn(move || sampler(sock, rx, warmup_until, poll, gu))?
+            .spawn(move || sampler(sock, rx, warmup, poll, gu))?
     };
 
     let stop = Arc::new(AtomicBool::new(false));
