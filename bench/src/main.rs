@@ -5,8 +5,10 @@
 //! tidelog-bench wal --all --duration 5s
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
+//! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
 //! ```
 
+mod e2e;
 mod load_cmd;
 mod ship;
 mod stats;
@@ -29,6 +31,8 @@ enum Cmd {
     Load(load_cmd::LoadArgs),
     /// Ships pre-written WAL to an applier on loopback; raw quinn and TCP beside it.
     Ship(ship::ShipArgs),
+    /// Source load → tidelog ship → tidelog apply: txn/s, apply rate and safe-time lag.
+    E2e(e2e::E2eArgs),
     /// (internal) the applier peer process of `ship`.
     #[command(name = "__applier", hide = true)]
     Applier(ship::ApplierArgs),
@@ -43,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Wal(args) => wal_bench::run(&args),
         Cmd::Load(args) => load_cmd::run(args),
         Cmd::Ship(args) => ship::run(&args),
+        Cmd::E2e(args) => e2e::run(&args),
         Cmd::Applier(args) => ship::run_applier(&args),
         Cmd::Sink(args) => ship::run_sink(&args),
     }

@@ -23,7 +23,7 @@
 //!   by thread (grouped by name), so it shows where the time goes on the shared cores.
 
 mod child;
-mod cpu;
+pub(crate) mod cpu;
 mod pki;
 
 pub use child::{run_applier, run_sink, ApplierArgs, SinkArgs};

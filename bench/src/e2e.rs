@@ -1,0 +1,978 @@
+//! `tidelog-bench e2e`: the whole pipeline on one machine — the load generator in this
+//! process writing source WALs, the real `tidelog ship` and `tidelog apply` binaries as child
+//! processes (QUIC + mutual TLS on loopback, `sync = "batch"`, `lanes = 1`) — and the
+//! **safe-time lag**: from a transaction's source commit to the moment the target's global
+//! safe time is observed at or past its `commit_ht`.
+//!
+//! # What is measured
+//!
+//! * Load: `tidelog::load::run` on its own thread (`bank` or `kv`), every `--sample-every`-th
+//!   commit sent as a `CommitSample` (commit_ht, wall time of the commit to the writer).
+//! * Lag: one sampler thread keeps the outstanding samples in a min-heap by `commit_ht`,
+//!   polls `GET /v1/safe-time` on the applier's admin socket over one keep-alive HTTP/1.1
+//!   connection every `--poll-us` while samples are outstanding, and resolves every sample
+//!   with `commit_ht ≤ safe_time` at once: lag = wall time when the answer arrived −
+//!   `committed_at`. Recorded in microseconds in an hdrhistogram (3 significant digits). The
+//!   resolution is the poll interval plus one round trip (reported: polls/s, µs per poll).
+//!   Samples committed within `--warmup` of the run's first sampled commit (shipper
+//!   connecting, tablets registering, a rate-limited generator catching up on its schedule
+//!   after the bank's initial balances) are not recorded.
+//! * Rates: txn/s and MB/s of the generator over the whole run; apply rate = sum over tablets
+//!   of `applied_records` from `GET /v1/status`, delta over the load interval.
+//! * Catch-up: after the load stops (its final heartbeats written), the time until the safe
+//!   time passes every tablet's last record — how far behind the target was at the end.
+//! * CPU seconds (utime + stime, `/proc/<pid>/stat`) of the applier, the shipper and this
+//!   process (load generator + sampler) from load start to caught up.
+//! * Physical baseline in the same run: 4 KiB `pwrite` + `fdatasync` loop for 2 s on the same
+//!   filesystem; the ratio lag p50 / fdatasync p50 is printed.
+//!
+//! Without `--rate`: a run at max (rate 0), then 10 %, 50 %, 90 % of the measured max, then
+//! the budget run at `--budget-rate` (25 000 txn/s, 50 % of the 50 000 txn/s budget), each in
+//! a fresh cluster (new directory, certificates, applier and shipper).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::Value;
+use tidelog::load::{self, CommitSample, LoadOptions, Workload};
+use tidelog_wal::SyncPolicy;
+
+use crate::ship::cpu;
+use crate::stats::{fmt_int, fmt_ns, Latency};
+use crate::wal_bench::{filesystem_of, kernel_release};
+
+#[derive(Debug, Args)]
+pub struct E2eArgs {
+    /// bank (transfers between accounts) or kv (random puts/deletes).
+    #[arg(long, default_value = "bank")]
+    workload: Workload,
+    /// Tablets (source shards).
+    #[arg(long, default_value_t = 8)]
+    tablets: usize,
+    /// One run at this offered rate (txn/s; 0 = max) instead of the sweep.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Load duration of each run.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Samples committed within this long of a run's first sampled commit are not recorded.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: Duration,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Parent of the per-run directories (default: the current directory; the runs go in a
+    /// `.tidelog-bench-e2e-<pid>` directory below it, removed at the end unless `--keep`).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long)]
+    keep: bool,
+    /// bank: accounts.
+    #[arg(long, default_value_t = 1000)]
+    accounts: u64,
+    /// Client connections (sessions) of the generator.
+    #[arg(long, default_value_t = 256)]
+    connections: usize,
+    /// Sync policy of the source WALs: `always` (a commit returns once durable, like a
+    /// database's commit; the lag starts there) or `batch` (the writer's 5 ms group commit:
+    /// commit returns before the data is durable, so the lag includes that wait).
+    #[arg(long, default_value = "always")]
+    source_sync: SyncPolicy,
+    /// The generator writes a heartbeat on a tablet idle this long. Safe time is the minimum
+    /// over tablets, so at low rates the least recently written tablet gates it.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    heartbeat_interval: Duration,
+    /// Sample every N-th commit for the lag.
+    #[arg(long, default_value_t = 50)]
+    sample_every: u64,
+    /// Sleep between safe-time polls while samples are outstanding, in microseconds.
+    #[arg(long, default_value_t = 200)]
+    poll_us: u64,
+    /// The budget run's offered rate (skipped with `--rate`).
+    #[arg(long, default_value_t = 25_000.0)]
+    budget_rate: f64,
+    /// The throughput budget (txn/s) the max run is checked against.
+    #[arg(long, default_value_t = 50_000.0)]
+    budget_max: f64,
+}
+
+// ---- child processes ----
+
+/// A `tidelog` daemon child, SIGKILLed if still running when dropped.
+struct Daemon {
+    child: Option<Child>,
+    what: &'static str,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn spawn(exe: &Path, what: &'static str, config: &Path, log: &Path) -> Result<Daemon> {
+        let f =
+            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(exe)
+            .arg(what)
+            .arg("--config")
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(f)
+            .spawn()
+            .with_context(|| format!("starting {} {what}", exe.display()))?;
+        Ok(Daemon {
+            child: Some(child),
+            what,
+            log: log.to_path_buf(),
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        if let Some(c) = &mut self.child {
+            if let Some(st) = c.try_wait()? {
+                bail!(
+                    "tidelog {} exited early with {st}; see {}",
+                    self.what,
+                    self.log.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait (SIGKILL after `timeout`).
+    fn stop(&mut self, timeout: Duration) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn tidelog_exe() -> Result<PathBuf> {
+    let me = std::env::current_exe().context("locating this binary")?;
+    let exe = me
+        .parent()
+        .context("this binary has no parent directory")?
+        .join("tidelog");
+    if !exe.is_file() {
+        bail!(
+            "{} not found: the e2e bench runs the real tidelog binary next to tidelog-bench; \
+             build both first with `cargo build --release`",
+            exe.display()
+        );
+    }
+    Ok(exe)
+}
+
+fn free_udp_port() -> Result<u16> {
+    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+// ---- a minimal blocking HTTP/1.1 keep-alive client for the admin socket ----
+
+struct Admin {
+    socket: PathBuf,
+    conn: Option<BufReader<UnixStream>>,
+}
+
+impl Admin {
+    fn new(socket: &Path) -> Admin {
+        Admin {
+            socket: socket.to_path_buf(),
+            conn: None,
+        }
+    }
+
+    fn get(&mut self, path: &str) -> Result<(u16, Value)> {
+        match self.get_once(path) {
+            Ok(v) => Ok(v),
+            Err(_) => {
+                // A closed keep-alive connection: reconnect once.
+                self.conn = None;
+                self.get_once(path)
+            }
+        }
+    }
+
+    fn get_once(&mut self, path: &str) -> Result<(u16, Value)> {
+        if self.conn.is_none() {
+            let s = UnixStream::connect(&self.socket)
+                .with_context(|| format!("connecting to {}", self.socket.display()))?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            self.conn = Some(BufReader::new(s));
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            bail!("no connection");
+        };
+        write!(
+            conn.get_mut(),
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\r\n"
+        )?;
+        let mut line = String::new();
+        conn.read_line(&mut line)?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {line:?}"))?;
+        let mut len: Option<usize> = None;
+        loop {
+            line.clear();
+            if conn.read_line(&mut line)? == 0 {
+                bail!("connection closed in the headers");
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = l.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse().ok();
+                }
+            }
+        }
+        let len = len.context("answer without content-length")?;
+        let mut body = vec![0u8; len];
+        conn.read_exact(&mut body)?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// The published global safe time (0 while uninitialized).
+    fn safe_time(&mut self) -> Result<u64> {
+        let (_, v) = self.get("/v1/safe-time")?;
+        Ok(v["safe_time"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0))
+    }
+
+    /// Sum over tablets of `applied_records`.
+    fn applied_records(&mut self) -> Result<u64> {
+        let (_, v) = self.get("/v1/status")?;
+        Ok(v["tablets"]
+            .as_object()
+            .map(|m| {
+                m.values()
+                    .filter_map(|t| t["applied_records"].as_u64())
+                    .sum()
+            })
+            .unwrap_or(0))
+    }
+}
+
+// ---- the sampler ----
+
+fn micros_since_epoch(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+fn lag_histogram() -> Result<Histogram<u64>> {
+    // 1 µs .. 1 h, 3 significant digits.
+    Ok(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)
+}
+
+struct SamplerOut {
+    hist: Histogram<u64>,
+    polls: u64,
+    poll_busy: Duration,
+    skipped_warmup: u64,
+    unresolved: u64,
+    poll_errors: u64,
+}
+
+/// Resolves samples against the published safe time (see the module docs).
+fn sampler(
+    socket: PathBuf,
+    rx: mpsc::Receiver<CommitSample>,
+    warmup: Duration,
+    poll: Duration,
+    give_up: Arc<AtomicBool>,
+) -> Result<SamplerOut> {
+    // The warm-up counts from the first sampled commit: the bank's initial balances take a
+    // while, and a rate-limited generator then catches up on its schedule in a burst.
+    let warmup_us = u64::try_from(warmup.as_micros()).unwrap_or(u64::MAX);
+    let mut warm_us: Option<u64> = None;
+    let mut admin = Admin::new(&socket);
+    let mut heap: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+    let mut out = SamplerOut {
+        hist: lag_histogram()?,
+        polls: 0,
+        poll_busy: Duration::ZERO,
+        skipped_warmup: 0,
+        unresolved: 0,
+        poll_errors: 0,
+    };
+    let mut disconnected = false;
+    let mut push =
+        |s: CommitSample, heap: &mut BinaryHeap<Reverse<(u64, u64)>>, o: &mut SamplerOut| {
+            let at = micros_since_epoch(s.committed_at);
+            let until = *warm_us.get_or_insert(at.saturating_add(warmup_us));
+            if at < until {
+                o.skipped_warmup += 1;
+            } else {
+                heap.push(Reverse((s.commit_ht.0, at)));
+            }
+        };
+    loop {
+        loop {
+            match rx.try_recv() {
+                Ok(s) => push(s, &mut heap, &mut out),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    disconnected = true;
+                    break;
+                }
+            }
+        }
+        if heap.is_empty() {
+            if disconnected {
+                break;
+            }
+            match rx.recv_timeout(Duration::from_millis(5)) {
+                Ok(s) => push(s, &mut heap, &mut out),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => disconnected = true,
+            }
+            continue;
+        }
+        if give_up.load(Ordering::Relaxed) {
+            out.unresolved = heap.len() as u64;
+            break;
+        }
+        let t0 = Instant::now();
+        let safe = admin.safe_time();
+        let seen = micros_since_epoch(SystemTime::now());
+        out.poll_busy += t0.elapsed();
+        out.polls += 1;
+        match safe {
+            Ok(safe) => {
+                while let Some(Reverse((ht, at))) = heap.peek().copied() {
+                    if ht > safe {
+                        break;
+                    }
+                    heap.pop();
+                    out.hist.saturating_record(seen.saturating_sub(at).max(1));
+                }
+            }
+            Err(_) => {
+                out.poll_errors += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        std::thread::sleep(poll);
+    }
+    Ok(out)
+}
+
+// ---- one run ----
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LagUs {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub mean_us: f64,
+}
+
+impl LagUs {
+    fn of(h: &Histogram<u64>) -> LagUs {
+        LagUs {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            mean_us: h.mean(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub label: String,
+    /// Offered txn/s (0 = max).
+    pub offered: f64,
+    pub txn_per_s: f64,
+    pub mb_per_s: f64,
+    pub records_per_s: f64,
+    pub txns_committed: u64,
+    pub txns_aborted: u64,
+    /// Applied records per second during the load (sum over tablets).
+    pub apply_records_per_s: f64,
+    /// From the end of the load to the safe time passing every tablet's last record.
+    pub catch_up_ms: f64,
+    /// txn/s × min(1, applied records/s ÷ generated records/s): the rate the target kept up with.
+    pub sustained_txn_per_s: f64,
+    pub lag: LagUs,
+    pub samples_skipped_warmup: u64,
+    pub samples_unresolved: u64,
+    pub polls_per_s: f64,
+    pub us_per_poll: f64,
+    pub cpu_applier: cpu::Usage,
+    pub cpu_shipper: cpu::Usage,
+    pub cpu_bench: cpu::Usage,
+    pub wall_s: f64,
+    pub loadavg_end: String,
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn write_configs(dir: &Path, tablets: usize) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf)> {
+    let tls = dir.join("tls");
+    tidelog::certs::init(&tls, &[], false)?;
+    let port = free_udp_port()?;
+    let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
+    let p = |f: &str| tls.join(f).display().to_string();
+    let applier_cfg = dir.join("applier.toml");
+    let shipper_cfg = dir.join("shipper.toml");
+    let (asock, ssock) = (dir.join("applier.sock"), dir.join("shipper.sock"));
+    let wal = dir.join("wal");
+    std::fs::create_dir_all(&wal)?;
+    std::fs::write(
+        &applier_cfg,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"1h\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            dir.join("applier").display(), asock.display(), ids.join(", "),
+            p("ca.pem"), p("applier.pem"), p("applier.key")
+        ),
+    )?;
+    std::fs::write(
+        &shipper_cfg,
+        format!(
+            "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"bench-source\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            wal.display(), ssock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
+        ),
+    )?;
+    Ok((applier_cfg, shipper_cfg, asock, wal))
+}
+
+fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -> Result<Step> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let (applier_cfg, shipper_cfg, asock, wal) = write_configs(dir, args.tablets)?;
+    let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"))?;
+    let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"))?;
+    let mut admin = Admin::new(&asock);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while admin.get("/v1/status").is_err() {
+        applier.check_alive()?;
+        if Instant::now() > deadline {
+            bail!(
+                "the applier did not answer on {} within 30 s",
+                asock.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!(
+        "-- {label}: offered {}, applier pid {}, shipper pid {}, {}",
+        if offered > 0.0 {
+            format!("{} txn/s", fmt_int(offered as u64))
+        } else {
+            "max".into()
+        },
+        applier.pid(),
+        shipper.pid(),
+        dir.display()
+    );
+
+    let (tx, rx) = mpsc::channel::<CommitSample>();
+    let give_up = Arc::new(AtomicBool::new(false));
+    let warmup = args.warmup;
+    let sampler_t = {
+        let (sock, gu, poll) = (
+            asock.clone(),
+            give_up.clone(),
+            Duration::from_micros(args.poll_us),
+        );
+        std::thread::Builder::new()
+            .name("lag-sampler".into())
+            .spawn(move || sampler(sock, rx, warmup, poll, gu))?
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let committed = Arc::new(AtomicU64::new(0));
+    let mut lo = LoadOptions::new(args.workload, &wal);
+    lo.tablets = args.tablets;
+    lo.rate = offered;
+    lo.duration = Some(args.duration);
+    lo.accounts = args.accounts;
+    lo.connections = args.connections;
+    lo.session_dir = Some(dir.join("sessions"));
+    lo.sample_every = args.sample_every;
+    lo.sync = args.source_sync;
+    lo.heartbeat_interval = args.heartbeat_interval;
+    lo.samples = Some(tx);
+
+    let (cpu_a0, cpu_s0, cpu_b0) = (
+        cpu::snapshot(Some(applier.pid())),
+        cpu::snapshot(Some(shipper.pid())),
+        cpu::snapshot(None),
+    );
+    let applied0 = admin.applied_records()?;
+    let t_start = Instant::now();
+    let (st2, c2) = (stop.clone(), committed.clone());
+    let load_t = std::thread::Builder::new()
+        .name("load-gen".into())
+        .spawn(move || {
+            load::run(lo, &st2, |p| {
+                c2.store(p.committed, Ordering::Relaxed);
+            })
+        })?;
+    let (mut last_c, mut last_a, mut last_t) = (0u64, applied0, Instant::now());
+    while !load_t.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if last_t.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        if let Err(e) = applier.check_alive().and_then(|()| shipper.check_alive()) {
+            stop.store(true, Ordering::Relaxed);
+            give_up.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        let c = committed.load(Ordering::Relaxed);
+        let a = admin.applied_records().unwrap_or(last_a);
+        let safe = admin.safe_time().unwrap_or(0);
+        let now_us = micros_since_epoch(SystemTime::now());
+        let dt = last_t.elapsed().as_secs_f64();
+        println!(
+            "   {:>5.1}s {:>9.0} txn/s {:>10.0} applied rec/s  safe-time lag {}",
+            t_start.elapsed().as_secs_f64(),
+            c.saturating_sub(last_c) as f64 / dt,
+            a.saturating_sub(last_a) as f64 / dt,
+            if safe == 0 {
+                "-".to_string()
+            } else {
+                fmt_ns(now_us.saturating_sub(safe >> 12).saturating_mul(1000))
+            }
+        );
+        (last_c, last_a, last_t) = (c, a, Instant::now());
+    }
+    let summary = load_t
+        .join()
+        .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
+    let t_load_end = Instant::now();
+    let load_s = (t_load_end - t_start).as_secs_f64();
+    let applied1 = admin.applied_records()?;
+    let last_ht = summary
+        .tablet_ends
+        .iter()
+        .filter_map(|t| t.last_ht)
+        .min()
+        .map_or(0, |h| h.0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if admin.safe_time()? >= last_ht {
+            break;
+        }
+        applier.check_alive()?;
+        shipper.check_alive()?;
+        if Instant::now() > deadline {
+            give_up.store(true, Ordering::Relaxed);
+            bail!("the safe time did not reach the end of the load within 120 s");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let catch_up = t_load_end.elapsed();
+    let (cpu_a1, cpu_s1, cpu_b1) = (
+        cpu::snapshot(Some(applier.pid())),
+        cpu::snapshot(Some(shipper.pid())),
+        cpu::snapshot(None),
+    );
+    let wall = t_start.elapsed().as_secs_f64();
+    // Everything is visible now; whatever the sampler still holds resolves on its next poll.
+    let gu = give_up.clone();
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(10));
+        gu.store(true, Ordering::Relaxed);
+    });
+    let s = sampler_t
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))??;
+    drop(watchdog);
+    shipper.stop(Duration::from_secs(10));
+    applier.stop(Duration::from_secs(10));
+
+    Ok(Step {
+        label: label.to_string(),
+        offered,
+        txn_per_s: summary.txn_per_s,
+        mb_per_s: summary.mb_per_s,
+        records_per_s: summary.records as f64 / summary.elapsed_s.max(1e-9),
+        txns_committed: summary.txns_committed,
+        txns_aborted: summary.txns_aborted,
+        apply_records_per_s: applied1.saturating_sub(applied0) as f64 / load_s.max(1e-9),
+        catch_up_ms: catch_up.as_secs_f64() * 1e3,
+        sustained_txn_per_s: {
+            let rps = summary.records as f64 / summary.elapsed_s.max(1e-9);
+            let aps = applied1.saturating_sub(applied0) as f64 / load_s.max(1e-9);
+            summary.txn_per_s * (aps / rps.max(1.0)).min(1.0)
+        },
+        lag: LagUs::of(&s.hist),
+        samples_skipped_warmup: s.skipped_warmup,
+        samples_unresolved: s.unresolved,
+        polls_per_s: s.polls as f64 / wall.max(1e-9),
+        us_per_poll: s.poll_busy.as_secs_f64() * 1e6 / (s.polls.max(1) as f64),
+        cpu_applier: cpu::usage(&cpu_a0, &cpu_a1),
+        cpu_shipper: cpu::usage(&cpu_s0, &cpu_s1),
+        cpu_bench: cpu::usage(&cpu_b0, &cpu_b1),
+        wall_s: wall,
+        loadavg_end: loadavg(),
+    })
+}
+
+fn print_step(s: &Step) {
+    println!(
+        "   {}: {} txn/s ({} committed, {} aborted), {:.2} MB/s, {} records/s; applied {} records/s; caught up {:.1} ms after the load stopped",
+        s.label,
+        fmt_int(s.txn_per_s as u64),
+        fmt_int(s.txns_committed),
+        fmt_int(s.txns_aborted),
+        s.mb_per_s,
+        fmt_int(s.records_per_s as u64),
+        fmt_int(s.apply_records_per_s as u64),
+        s.catch_up_ms
+    );
+    println!(
+        "   safe-time lag over {} samples: p50 {} p99 {} p999 {} max {} (mean {}); {} warm-up samples skipped, {} unresolved; {:.0} polls/s at {:.0} µs each",
+        fmt_int(s.lag.count),
+        fmt_ns(s.lag.p50_us * 1000),
+        fmt_ns(s.lag.p99_us * 1000),
+        fmt_ns(s.lag.p999_us * 1000),
+        fmt_ns(s.lag.max_us * 1000),
+        fmt_ns((s.lag.mean_us * 1000.0) as u64),
+        s.samples_skipped_warmup,
+        s.samples_unresolved,
+        s.polls_per_s,
+        s.us_per_poll
+    );
+    println!("   CPU applier {}", s.cpu_applier.describe(4));
+    println!("   CPU shipper {}", s.cpu_shipper.describe(4));
+    println!("   CPU bench   {}", s.cpu_bench.describe(4));
+}
+
+// ---- fdatasync baseline ----
+
+fn fdatasync_baseline(dir: &Path, d: Duration) -> Result<Latency> {
+    use std::os::unix::io::AsRawFd;
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("fdatasync-baseline");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let buf = vec![0xa5u8; 4096];
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let start = Instant::now();
+    let mut off = 0u64;
+    while start.elapsed() < d {
+        let t = Instant::now();
+        f.write_all_at(&buf, off)?;
+        // SAFETY: fdatasync on an open file descriptor we own.
+        if unsafe { libc::fdatasync(f.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        h.saturating_record(crate::stats::nanos(t.elapsed()).max(1));
+        off += 4096;
+        if off >= 64 << 20 {
+            off = 0;
+        }
+    }
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    Ok(Latency::of_ticks(&h, 1.0))
+}
+
+// ---- the command ----
+
+#[derive(Debug, Serialize)]
+struct Check {
+    what: String,
+    actual: f64,
+    target: f64,
+    pass: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    workload: String,
+    tablets: usize,
+    source_sync: String,
+    heartbeat_interval_ms: f64,
+    duration_s: f64,
+    warmup_s: f64,
+    sample_every: u64,
+    poll_us: u64,
+    connections: usize,
+    accounts: u64,
+    kernel: String,
+    filesystem: String,
+    cpus: usize,
+    loadavg_start: String,
+    fdatasync_4k: Latency,
+    steps: Vec<Step>,
+    checks: Vec<Check>,
+}
+
+fn pass(b: bool) -> &'static str {
+    if b {
+        "PASS"
+    } else {
+        "MISS"
+    }
+}
+
+pub fn run(args: &E2eArgs) -> Result<()> {
+    if args.tablets == 0 {
+        bail!("--tablets must be at least 1");
+    }
+    if !matches!(args.workload, Workload::Bank | Workload::Kv) {
+        bail!("--workload must be bank or kv");
+    }
+    let exe = tidelog_exe()?;
+    let parent = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()?,
+    };
+    let base = parent.join(format!(".tidelog-bench-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let result = sweep(args, &exe, &base);
+    if args.keep || result.is_err() {
+        println!("run directory kept: {}", base.display());
+    } else if let Err(e) = std::fs::remove_dir_all(&base) {
+        eprintln!("warning: removing {}: {e}", base.display());
+    }
+    result
+}
+
+fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let la0 = loadavg();
+    println!(
+        "tidelog-bench e2e: {} workload, {} tablets, source sync {}, heartbeats after {:?} idle, {}s per run ({}s warm-up not sampled), every {}th commit sampled, safe time polled every {} µs",
+        args.workload,
+        args.tablets,
+        args.source_sync,
+        args.heartbeat_interval,
+        args.duration.as_secs_f64(),
+        args.warmup.as_secs_f64(),
+        args.sample_every,
+        args.poll_us
+    );
+    println!(
+        "  {} CPUs, kernel {}, {} at {}, load average at start {la0}",
+        cpus,
+        kernel_release(),
+        filesystem_of(base),
+        base.display()
+    );
+    let fsync = fdatasync_baseline(base, Duration::from_secs(2))?;
+    println!(
+        "  baseline: 4 KiB pwrite + fdatasync: p50 {} p99 {} p999 {} ({} in 2 s)",
+        fmt_ns(fsync.p50_ns),
+        fmt_ns(fsync.p99_ns),
+        fmt_ns(fsync.p999_ns),
+        fmt_int(fsync.count)
+    );
+    let mut steps = Vec::new();
+    let mut n = 0usize;
+    let mut step = |label: &str, rate: f64, steps: &mut Vec<Step>| -> Result<()> {
+        n += 1;
+        let s = run_step(args, exe, &base.join(format!("run-{n}")), label, rate)?;
+        print_step(&s);
+        steps.push(s);
+        Ok(())
+    };
+    if let Some(r) = args.rate {
+        step(if r > 0.0 { "fixed" } else { "max" }, r, &mut steps)?;
+    } else {
+        step("max", 0.0, &mut steps)?;
+        // What the pipeline sustains with the target keeping up: the generator's rate scaled
+        // down by how far the apply rate fell short of the record rate it was offered.
+        let m = &steps[0];
+        let keep_up = (m.apply_records_per_s / m.records_per_s.max(1.0)).min(1.0);
+        let max = m.txn_per_s * keep_up;
+        println!(
+            "   sustained max: {} txn/s generated × {:.3} (applied / generated records) = {} txn/s; the sweep offers 10/50/90% of that",
+            fmt_int(m.txn_per_s as u64),
+            keep_up,
+            fmt_int(max as u64)
+        );
+        for pct in [10u32, 50, 90] {
+            step(
+                &format!("{pct}% of max"),
+                max * f64::from(pct) / 100.0,
+                &mut steps,
+            )?;
+        }
+        step("budget", args.budget_rate, &mut steps)?;
+    }
+
+    println!();
+    println!(
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        args.workload,
+        args.tablets,
+        args.source_sync,
+        fmt_ns(fsync.p50_ns),
+        fmt_ns(fsync.p99_ns),
+        loadavg()
+    );
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
+        "run",
+        "offered",
+        "txn/s",
+        "kept-up",
+        "MB/s",
+        "apply r/s",
+        "lag p50",
+        "p99",
+        "p999",
+        "max",
+        "catch-up",
+        "×fsync",
+        "CPU app",
+        "CPU shp",
+        "CPU gen"
+    );
+    for s in &steps {
+        println!(
+            "{:<12} {:>9} {:>9} {:>9} {:>7.2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7.1}ms {:>7.1}× {:>6.2}s {:>6.2}s {:>6.2}s",
+            s.label,
+            if s.offered > 0.0 { fmt_int(s.offered as u64) } else { "max".into() },
+            fmt_int(s.txn_per_s as u64),
+            fmt_int(s.sustained_txn_per_s as u64),
+            s.mb_per_s,
+            fmt_int(s.apply_records_per_s as u64),
+            fmt_ns(s.lag.p50_us * 1000),
+            fmt_ns(s.lag.p99_us * 1000),
+            fmt_ns(s.lag.p999_us * 1000),
+            fmt_ns(s.lag.max_us * 1000),
+            s.catch_up_ms,
+            (s.lag.p50_us * 1000) as f64 / fsync.p50_ns.max(1) as f64,
+            s.cpu_applier.total_s,
+            s.cpu_shipper.total_s,
+            s.cpu_bench.total_s,
+        );
+    }
+    println!("(kept-up = txn/s × min(1, applied ÷ generated records/s); lag = source commit → visible at the target's safe time; ×fsync = lag p50 / fdatasync p50; CPU over load + catch-up; CPU gen = this process: generator + sampler)");
+
+    let mut checks = Vec::new();
+    if let Some(max) = steps.iter().find(|s| s.label == "max") {
+        checks.push(Check {
+            what: format!("max txn/s generated ≥ {}", fmt_int(args.budget_max as u64)),
+            actual: max.txn_per_s,
+            target: args.budget_max,
+            pass: max.txn_per_s >= args.budget_max,
+        });
+        checks.push(Check {
+            what: format!("max txn/s applied ≥ {}", fmt_int(args.budget_max as u64)),
+            actual: max.sustained_txn_per_s,
+            target: args.budget_max,
+            pass: max.sustained_txn_per_s >= args.budget_max,
+        });
+    }
+    if let Some(b) = steps.iter().find(|s| s.label == "budget") {
+        checks.push(Check {
+            what: format!(
+                "at {} txn/s: achieved ≥ 95% of offered",
+                fmt_int(b.offered as u64)
+            ),
+            actual: b.txn_per_s,
+            target: b.offered * 0.95,
+            pass: b.txn_per_s >= b.offered * 0.95,
+        });
+        checks.push(Check {
+            what: format!("at {} txn/s: lag p99 ≤ 10 ms", fmt_int(b.offered as u64)),
+            actual: b.lag.p99_us as f64 / 1e3,
+            target: 10.0,
+            pass: b.lag.p99_us <= 10_000,
+        });
+        checks.push(Check {
+            what: format!("at {} txn/s: lag p50 ≤ 3 ms", fmt_int(b.offered as u64)),
+            actual: b.lag.p50_us as f64 / 1e3,
+            target: 3.0,
+            pass: b.lag.p50_us <= 3_000,
+        });
+    }
+    for c in &checks {
+        println!(
+            "{}  {:<40} actual {:.2}, target {:.2}",
+            pass(c.pass),
+            c.what,
+            c.actual,
+            c.target
+        );
+    }
+    if let Some(path) = &args.json {
+        let r = Report {
+            workload: args.workload.to_string(),
+            tablets: args.tablets,
+            source_sync: args.source_sync.to_string(),
+            heartbeat_interval_ms: args.heartbeat_interval.as_secs_f64() * 1e3,
+            duration_s: args.duration.as_secs_f64(),
+            warmup_s: args.warmup.as_secs_f64(),
+            sample_every: args.sample_every,
+            poll_us: args.poll_us,
+            connections: args.connections,
+            accounts: args.accounts,
+            kernel: kernel_release(),
+            filesystem: filesystem_of(base),
+            cpus,
+            loadavg_start: la0,
+            fdatasync_4k: fsync,
+            steps,
+            checks,
+        };
+        std::fs::write(path, serde_json::to_vec_pretty(&r)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("JSON written to {}", path.display());
+    }
+    Ok(())
+}
