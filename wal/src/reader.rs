@@ -38,6 +38,9 @@ struct OpenSeg {
 }
 
 const BUF: usize = 1 << 20;
+/// Read-ahead of [`Reader::read_at`]: random reads of single records should not each pull
+/// a megabyte of the log into the buffer.
+const RANDOM_BUF: usize = 16 << 10;
 
 /// Reads records of one tablet in order.
 #[derive(Debug)]
@@ -55,6 +58,8 @@ pub struct Reader {
     buf_pos: WalPos,
     buf_len: usize,
     scan_done: bool,
+    /// Read-ahead size of the next fill: `BUF` when scanning, `RANDOM_BUF` for `read_at`.
+    window: usize,
 }
 
 impl Reader {
@@ -94,6 +99,7 @@ impl Reader {
             buf_pos: WalPos::ZERO,
             buf_len: 0,
             scan_done: false,
+            window: BUF,
         };
         r.refresh_segments()?;
         let oldest = r.oldest();
@@ -189,6 +195,13 @@ impl Reader {
     }
 
     fn try_read_at(&mut self, pos: WalPos) -> Result<Record> {
+        self.window = RANDOM_BUF;
+        let r = self.try_read_at_inner(pos);
+        self.window = BUF;
+        r
+    }
+
+    fn try_read_at_inner(&mut self, pos: WalPos) -> Result<Record> {
         self.pos = pos;
         self.last_ht = None;
         self.scan_done = false;
@@ -267,7 +280,7 @@ impl Reader {
         if let Some(end) = self.end() {
             avail = avail.min((end.since(self.pos) as usize).max(n));
         }
-        let want = n.max(BUF).min(avail.max(n));
+        let want = n.max(self.window).min(avail.max(n));
         if self.buf.len() < want {
             self.buf.resize(want, 0);
         }
