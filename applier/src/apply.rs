@@ -422,7 +422,7 @@ fn apply_ready_parts(
         source,
     };
     for part in parts {
-        let st = store.txn(&part.txn)?.ok_or_else(|| {
+        let st = store.txn_state(&part.txn)?.ok_or_else(|| {
             Error::Invalid(format!(
                 "tablet {tablet}: ready part of unknown txn {}",
                 part.txn

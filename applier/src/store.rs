@@ -152,7 +152,10 @@ pub struct Store {
     meta: Keyspace,
     pending: Keyspace,
     /// Serializes read-modify-write of `txns` and `meta`.
-    write_lock: Mutex<()>,
+    /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
+    /// transactions (the committed state of their `txns` records, so applying does not read
+    /// them back from the LSM; resolved ones leave it).
+    write_lock: Mutex<HashMap<TxnId, TxnState>>,
 }
 
 impl fmt::Debug for Store {
@@ -187,12 +190,12 @@ impl Store {
             txns,
             meta,
             pending,
-            write_lock: Mutex::new(()),
+            write_lock: Mutex::new(HashMap::new()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        // The guarded data is `()`: a panic elsewhere cannot leave it inconsistent.
+    fn lock(&self) -> MutexGuard<'_, HashMap<TxnId, TxnState>> {
+        // The cache is only updated after a batch commits: a panic cannot leave it ahead.
         self.write_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -356,6 +359,15 @@ impl Store {
 
     // ---- transactions --------------------------------------------------------------------
 
+    /// What the store knows about `txn`, from the cache of unresolved transactions when it
+    /// is there (no LSM read), else from `txns`.
+    pub fn txn_state(&self, txn: &TxnId) -> Result<Option<TxnState>> {
+        if let Some(st) = self.lock().get(txn) {
+            return Ok(Some(st.clone()));
+        }
+        self.txn(txn)
+    }
+
     /// What the store knows about `txn`.
     pub fn txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         match self.txns.get(txn.0).map_err(Error::store("read txns"))? {
@@ -380,7 +392,7 @@ impl Store {
         end_pos: WalPos,
         durability: Durability,
     ) -> Result<ApplyOutcome> {
-        let _g = self.lock();
+        let mut g = self.lock();
         let mut meta = self.tablet(tablet)?.unwrap_or_default();
         let start = meta.applied_pos;
         // A tablet that never applied anything may start wherever its received log starts.
@@ -444,7 +456,7 @@ impl Store {
                 }
                 Body::Intent { txn, trx_id, .. } => {
                     out.intents += 1;
-                    let st = self.txn_entry(&mut txns, txn)?;
+                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
                     let list = st.intents.entry(tablet.clone()).or_default();
                     let r = IntentRef {
                         pos: *pos,
@@ -464,7 +476,7 @@ impl Store {
                     gtid,
                 } => {
                     out.commits += 1;
-                    let st = self.txn_entry(&mut txns, txn)?;
+                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
                     if let Some(c) = &st.commit {
                         if c.commit_ht != rec.ht {
                             return Err(Error::Invalid(format!(
@@ -496,7 +508,7 @@ impl Store {
                 }
                 Body::Abort { txn, trx_id } => {
                     out.aborts += 1;
-                    let st = self.txn_entry(&mut txns, txn)?;
+                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
                     if st.commit.is_some() {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
                     }
@@ -544,6 +556,13 @@ impl Store {
             encode_tablet_meta(&meta)?,
         );
         self.commit(batch, durability)?;
+        for (txn, st) in txns {
+            if resolved(&st) {
+                g.remove(&txn);
+            } else {
+                g.insert(txn, st);
+            }
+        }
         out.applied_pos = meta.applied_pos;
         out.safe_time = meta.safe_time;
         Ok(out)
@@ -561,10 +580,13 @@ impl Store {
         ops: &[(Vec<u8>, Option<Vec<u8>>)],
         durability: Durability,
     ) -> Result<bool> {
-        let _g = self.lock();
-        let mut st = self
-            .txn(txn)?
-            .ok_or_else(|| Error::Invalid(format!("tablet {tablet}: part of unknown txn {txn}")))?;
+        let mut g = self.lock();
+        let mut st = match g.get(txn) {
+            Some(st) => st.clone(),
+            None => self.txn(txn)?.ok_or_else(|| {
+                Error::Invalid(format!("tablet {tablet}: part of unknown txn {txn}"))
+            })?,
+        };
         if st.applied_parts.contains(tablet) {
             return Ok(false);
         }
@@ -589,6 +611,11 @@ impl Store {
         }
         batch.insert(&self.txns, txn.0.to_vec(), encode_txn(&st)?);
         self.commit(batch, durability)?;
+        if resolved(&st) {
+            g.remove(txn);
+        } else {
+            g.insert(*txn, st);
+        }
         Ok(true)
     }
 
@@ -622,11 +649,15 @@ impl Store {
 
     fn txn_entry<'a>(
         &self,
+        unresolved: &HashMap<TxnId, TxnState>,
         cache: &'a mut HashMap<TxnId, TxnState>,
         txn: &TxnId,
     ) -> Result<&'a mut TxnState> {
         if !cache.contains_key(txn) {
-            let st = self.txn(txn)?.unwrap_or_default();
+            let st = match unresolved.get(txn) {
+                Some(st) => st.clone(),
+                None => self.txn(txn)?.unwrap_or_default(),
+            };
             cache.insert(*txn, st);
         }
         cache
@@ -859,6 +890,16 @@ const TX_ABORTED: u8 = 2;
 const TX_TRX_ID: u8 = 4;
 const TX_GTID: u8 = 8;
 const TX_APPLIED_PARTS: u8 = 16;
+
+/// A transaction nothing will change any more: aborted, or committed and applied on every
+/// participant.
+fn resolved(st: &TxnState) -> bool {
+    st.aborted
+        || st
+            .commit
+            .as_ref()
+            .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)))
+}
 
 fn pending_key(commit_ht: HybridTime, txn: &TxnId) -> Vec<u8> {
     let mut k = Vec::with_capacity(24);

