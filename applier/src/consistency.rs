@@ -58,17 +58,13 @@ pub struct Consistency {
     store: Arc<Store>,
     /// Published global safe time; 0 = not initialized. Readers load it lock-free.
     global: CachePadded<AtomicU64>,
-    /// Per-tablet applied safe times, published by the workers.
-    tablet_safe: Mutex<BTreeMap<TabletId, Arc<CachePadded<AtomicU64>>>>,
     wakers: Mutex<Wakers>,
     signal: Mutex<bool>,
     signal_cv: Condvar,
     advanced: Mutex<()>,
     advanced_cv: Condvar,
-    watch: tokio::sync::watch::Sender<u64>,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
-    last: Mutex<(Option<TabletId>, Option<String>)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -89,21 +85,17 @@ impl Consistency {
             }
         }
         let persisted = store.global_safe_time()?.unwrap_or_default();
-        let (watch, _) = tokio::sync::watch::channel(persisted.0);
         let c = Arc::new(Consistency {
             core: Mutex::new(core),
             store,
             global: CachePadded::new(AtomicU64::new(persisted.0)),
-            tablet_safe: Mutex::new(BTreeMap::new()),
             wakers: Mutex::new(Wakers(BTreeMap::new())),
             signal: Mutex::new(true),
             signal_cv: Condvar::new(),
             advanced: Mutex::new(()),
             advanced_cv: Condvar::new(),
-            watch,
             stop: AtomicBool::new(false),
             publisher: Mutex::new(None),
-            last: Mutex::new((None, None)),
         });
         let c2 = c.clone();
         let h = std::thread::Builder::new()
@@ -121,9 +113,6 @@ impl Consistency {
     /// Registers tablet `t`'s worker: `wake` is called when parts become ready for it.
     pub fn register_worker(&self, t: &TabletId, safe: HybridTime, wake: Waker) {
         lock(&self.core).register(t, safe);
-        lock(&self.tablet_safe)
-            .entry(t.clone())
-            .or_insert_with(|| Arc::new(CachePadded::new(AtomicU64::new(safe.0))));
         lock(&self.wakers).0.insert(t.clone(), wake);
         self.kick();
     }
@@ -149,9 +138,6 @@ impl Consistency {
                 }
             }
             core.advance(t, out.safe_time);
-        }
-        if let Some(a) = lock(&self.tablet_safe).get(t) {
-            a.fetch_max(out.safe_time.0, Ordering::Release);
         }
         if !woken.is_empty() {
             let w = lock(&self.wakers);
@@ -188,11 +174,6 @@ impl Consistency {
         }
     }
 
-    /// A tokio watch of the published safe time (0 = uninitialized), for async waiters.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.watch.subscribe()
-    }
-
     /// Blocks until the published safe time is ≥ `ht` or `deadline`; whether it got there.
     pub fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
         let mut g = lock(&self.advanced);
@@ -217,8 +198,15 @@ impl Consistency {
         let core = lock(&self.core);
         let tablets = core.tablets().map(|(t, s)| (t.clone(), s)).collect();
         let pending_txns = core.pending_len();
+        let (laggiest, reason) = match core.safe_time() {
+            SafeTime::At { laggiest, .. } => (Some(laggiest), None),
+            SafeTime::Uninitialized { missing } => {
+                let r = format!("tablet {missing} has not reported yet");
+                (Some(missing), Some(r))
+            }
+            SafeTime::NoTablets => (None, Some("no tablets registered yet".into())),
+        };
         drop(core);
-        let (laggiest, reason) = lock(&self.last).clone();
         SafeTimeReport {
             safe_time: self.safe_time(),
             laggiest,
@@ -250,23 +238,9 @@ impl Consistency {
                 }
                 *g = false;
             }
-            let computed = lock(&self.core).safe_time();
-            let candidate = match &computed {
-                SafeTime::At { ht, laggiest } => {
-                    *lock(&self.last) = (Some(laggiest.clone()), None);
-                    Some(*ht)
-                }
-                SafeTime::Uninitialized { missing } => {
-                    *lock(&self.last) = (
-                        Some(missing.clone()),
-                        Some(format!("tablet {missing} has not reported yet")),
-                    );
-                    None
-                }
-                SafeTime::NoTablets => {
-                    *lock(&self.last) = (None, Some("no tablets registered yet".into()));
-                    None
-                }
+            let candidate = match lock(&self.core).safe_time() {
+                SafeTime::At { ht, .. } => Some(ht),
+                SafeTime::Uninitialized { .. } | SafeTime::NoTablets => None,
             };
             if let Some(ht) = candidate {
                 if ht.0 > self.global.load(Ordering::Acquire) {
@@ -278,7 +252,6 @@ impl Consistency {
                     match r {
                         Ok(_) => {
                             self.global.fetch_max(ht.0, Ordering::Release);
-                            self.watch.send_replace(self.global.load(Ordering::Acquire));
                             let _g = lock(&self.advanced);
                             self.advanced_cv.notify_all();
                         }

@@ -199,12 +199,6 @@ fn tidelog_exe() -> Result<PathBuf> {
     Ok(exe)
 }
 
-fn free_udp_port() -> Result<u16> {
-    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 // ---- a minimal blocking HTTP/1.1 keep-alive client for the admin socket ----
 
 struct Admin {
@@ -461,38 +455,11 @@ fn loadavg() -> String {
         .unwrap_or_default()
 }
 
-fn write_configs(dir: &Path, tablets: usize) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf)> {
-    let tls = dir.join("tls");
-    tidelog::certs::init(&tls, &[], false)?;
-    let port = free_udp_port()?;
-    let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
-    let p = |f: &str| tls.join(f).display().to_string();
-    let applier_cfg = dir.join("applier.toml");
-    let shipper_cfg = dir.join("shipper.toml");
-    let (asock, ssock) = (dir.join("applier.sock"), dir.join("shipper.sock"));
-    let wal = dir.join("wal");
-    std::fs::create_dir_all(&wal)?;
-    std::fs::write(
-        &applier_cfg,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"1h\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            dir.join("applier").display(), asock.display(), ids.join(", "),
-            p("ca.pem"), p("applier.pem"), p("applier.key")
-        ),
-    )?;
-    std::fs::write(
-        &shipper_cfg,
-        format!(
-            "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"bench-source\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            wal.display(), ssock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
-        ),
-    )?;
-    Ok((applier_cfg, shipper_cfg, asock, wal))
-}
-
 fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -> Result<Step> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (applier_cfg, shipper_cfg, asock, wal) = write_configs(dir, args.tablets)?;
+    let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source")?;
+    let (applier_cfg, shipper_cfg, asock, wal) =
+        (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"))?;
     let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"))?;
     let mut admin = Admin::new(&asock);

@@ -109,10 +109,65 @@ impl Drop for Child2 {
     }
 }
 
-fn free_udp_port() -> Result<u16> {
+/// A UDP port free on 127.0.0.1 right now.
+pub fn free_udp_port() -> Result<u16> {
     Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+/// An applier and a shipper on this machine, written under one directory: certificates
+/// (`tls/`), `applier.toml` and `shipper.toml` on 127.0.0.1 with a free UDP port (sync
+/// `batch`, `expect-tablets` t0..t{N-1}, one lane), admin sockets, and the source `wal/`.
+/// Used by `tidelog demo` and `tidelog-bench e2e`.
+#[derive(Debug, Clone)]
+pub struct LocalCluster {
+    pub applier_cfg: PathBuf,
+    pub shipper_cfg: PathBuf,
+    pub applier_sock: PathBuf,
+    pub shipper_sock: PathBuf,
+    pub wal: PathBuf,
+    pub port: u16,
+}
+
+impl LocalCluster {
+    pub fn write(
+        dir: &Path,
+        tablets: usize,
+        max_staleness: &str,
+        shipper_id: &str,
+    ) -> Result<LocalCluster> {
+        let tls = dir.join("tls");
+        certs::init(&tls, &[], false)?;
+        let port = free_udp_port()?;
+        let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
+        let p = |f: &str| tls.join(f).display().to_string();
+        let c = LocalCluster {
+            applier_cfg: dir.join("applier.toml"),
+            shipper_cfg: dir.join("shipper.toml"),
+            applier_sock: dir.join("applier.sock"),
+            shipper_sock: dir.join("shipper.sock"),
+            wal: dir.join("wal"),
+            port,
+        };
+        std::fs::create_dir_all(&c.wal)?;
+        std::fs::write(
+            &c.applier_cfg,
+            format!(
+                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"{max_staleness}\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+                dir.join("applier").display(), c.applier_sock.display(), ids.join(", "),
+                p("ca.pem"), p("applier.pem"), p("applier.key")
+            ),
+        )?;
+        std::fs::write(
+            &c.shipper_cfg,
+            format!(
+                "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"{shipper_id}\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+                c.wal.display(), c.shipper_sock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
+            ),
+        )?;
+        Ok(c)
+    }
 }
 
 struct Api {
@@ -183,31 +238,14 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         }
     );
     println!("  directory {}", dir.display());
-    let tls = dir.join("tls");
-    certs::init(&tls, &[], false)?;
-    let port = free_udp_port()?;
-    let tablets: Vec<String> = (0..args.tablets).map(|i| format!("\"t{i}\"")).collect();
-    let p = |f: &str| tls.join(f).display().to_string();
-    let applier_cfg = dir.join("applier.toml");
-    let shipper_cfg = dir.join("shipper.toml");
-    let (asock, ssock) = (dir.join("applier.sock"), dir.join("shipper.sock"));
-    let wal = dir.join("wal");
-    std::fs::create_dir_all(&wal)?;
-    std::fs::write(
-        &applier_cfg,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"1m\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            dir.join("applier").display(), asock.display(), tablets.join(", "),
-            p("ca.pem"), p("applier.pem"), p("applier.key")
-        ),
-    )?;
-    std::fs::write(
-        &shipper_cfg,
-        format!(
-            "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"demo-source\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-            wal.display(), ssock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
-        ),
-    )?;
+    let cluster = LocalCluster::write(dir, args.tablets, "1m", "demo-source")?;
+    let (applier_cfg, shipper_cfg, asock, wal, port) = (
+        cluster.applier_cfg,
+        cluster.shipper_cfg,
+        cluster.applier_sock,
+        cluster.wal,
+        cluster.port,
+    );
     println!("  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}");
     let mut applier = Child2::spawn("apply", &applier_cfg, &dir.join("applier.log"))?;
     let mut shipper = Child2::spawn("ship", &shipper_cfg, &dir.join("shipper.log"))?;

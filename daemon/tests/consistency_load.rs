@@ -83,24 +83,6 @@ fn wait_visible(c: &Cluster, s: &load::Summary) {
         .min()
         .unwrap()
         .0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while std::time::Instant::now() < deadline && safe_time(c).is_none_or(|h| h < last) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if safe_time(c).is_none_or(|h| h < last) {
-        eprintln!(
-            "target {last}\nsafe-time {:?}\nstatus {:?}",
-            api(&c.applier_sock, "GET", "/v1/safe-time"),
-            api(&c.applier_sock, "GET", "/v1/status")
-        );
-        let log = std::fs::read_to_string(c.root.join("applier.log")).unwrap_or_default();
-        let tail: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("ERROR") || l.contains("WARN"))
-            .take(30)
-            .collect();
-        eprintln!("{}", tail.join("\n"));
-    }
     wait_for(
         "safe time past the end of the workload",
         Duration::from_secs(90),

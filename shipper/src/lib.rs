@@ -585,14 +585,14 @@ async fn connection(
                     continue;
                 };
                 match (wt.resume, wt.refused) {
-                    (Some(resume), _) => {
+                    (Some(_), _) => {
+                        // Where to resume comes again as the first Ack of the tablet stream.
                         st.set_error(None);
                         tokio::task::spawn_local(tablet_task(
                             shared.clone(),
                             conn.clone(),
                             wt.tablet.clone(),
                             st,
-                            resume,
                         ));
                     }
                     (None, reason) => {
@@ -675,7 +675,6 @@ async fn tablet_task(
     conn: Rc<quinn::Connection>,
     tablet: TabletId,
     st: Arc<TabletShip>,
-    resume: WalPos,
 ) {
     let mut tail = match Tail::open(
         &shared.opts.wal_dir,
@@ -691,7 +690,6 @@ async fn tablet_task(
             return;
         }
     };
-    let _ = resume;
     let mut backoff = shared.opts.reconnect_min;
     while conn.close_reason().is_none() && !shared.shutdown.load(Ordering::SeqCst) {
         let started = Instant::now();
