@@ -2,6 +2,7 @@
 //! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
 
 pub mod apply;
+pub mod binlog;
 pub mod consistency;
 pub mod core;
 pub mod error;
@@ -9,3 +10,4 @@ pub mod intake;
 pub mod keys;
 pub mod store;
 pub mod tls;
+pub mod trx;
