@@ -65,6 +65,8 @@ pub struct Consistency {
     advanced_cv: Condvar,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
+    /// The cutover's cut (0: none): safe time is frozen there.
+    cut: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,28 +77,7 @@ impl Consistency {
     /// Rebuilds the core from the store (tablets and their applied safe times, pending
     /// commits with the parts already applied) and starts the publisher.
     pub fn start(store: Arc<Store>, expected: Vec<TabletId>) -> Result<Arc<Consistency>> {
-        let mut core = Core::new(expected);
-        for (t, m) in store.tablets()? {
-            core.register(&t, m.safe_time);
-        }
-        for (txn, st) in store.pending_txns()? {
-            if let Some(c) = &st.commit {
-                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
-            }
-        }
-        let persisted = store.global_safe_time()?.unwrap_or_default();
-        let c = Arc::new(Consistency {
-            core: Mutex::new(core),
-            store,
-            global: CachePadded::new(AtomicU64::new(persisted.0)),
-            wakers: Mutex::new(Wakers(BTreeMap::new())),
-            signal: Mutex::new(true),
-            signal_cv: Condvar::new(),
-            advanced: Mutex::new(()),
-            advanced_cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            publisher: Mutex::new(None),
-        });
+        let c = Self::build(store, expected, None)?;
         let c2 = c.clone();
         let h = std::thread::Builder::new()
             .name("safe-time".into())
@@ -107,6 +88,68 @@ impl Consistency {
                 source,
             })?;
         *lock(&c.publisher) = Some(h);
+        Ok(c)
+    }
+
+    /// A promoted target's safe time: frozen at `cut`, no publisher; the core (for
+    /// reports) is rebuilt from the store as usual.
+    pub fn frozen(
+        store: Arc<Store>,
+        expected: Vec<TabletId>,
+        cut: HybridTime,
+    ) -> Result<Arc<Consistency>> {
+        Self::build(store, expected, Some(cut))
+    }
+
+    /// Stops the publisher and freezes the published safe time at `cut` (a cutover). The
+    /// cut must be the safe time published last (a cutover takes it after `stop`).
+    pub fn freeze(&self, cut: HybridTime) {
+        self.stop();
+        self.cut.store(cut.0, Ordering::SeqCst);
+        self.global.store(cut.0, Ordering::Release);
+        let _g = lock(&self.advanced);
+        self.advanced_cv.notify_all();
+    }
+
+    /// The cutover's cut, once frozen.
+    pub fn cut(&self) -> Option<HybridTime> {
+        match self.cut.load(Ordering::SeqCst) {
+            0 => None,
+            c => Some(HybridTime(c)),
+        }
+    }
+
+    fn build(
+        store: Arc<Store>,
+        expected: Vec<TabletId>,
+        cut: Option<HybridTime>,
+    ) -> Result<Arc<Consistency>> {
+        let mut core = Core::new(expected);
+        for (t, m) in store.tablets()? {
+            core.register(&t, m.safe_time);
+        }
+        for (txn, st) in store.pending_txns()? {
+            if let Some(c) = &st.commit {
+                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
+            }
+        }
+        let persisted = match cut {
+            Some(c) => c,
+            None => store.global_safe_time()?.unwrap_or_default(),
+        };
+        let c = Arc::new(Consistency {
+            core: Mutex::new(core),
+            store,
+            global: CachePadded::new(AtomicU64::new(persisted.0)),
+            wakers: Mutex::new(Wakers(BTreeMap::new())),
+            signal: Mutex::new(true),
+            signal_cv: Condvar::new(),
+            advanced: Mutex::new(()),
+            advanced_cv: Condvar::new(),
+            stop: AtomicBool::new(cut.is_some()),
+            publisher: Mutex::new(None),
+            cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
+        });
         Ok(c)
     }
 
