@@ -281,7 +281,9 @@ pub fn run(args: &CutoverArgs) -> Result<()> {
     let mut runs = Vec::new();
     for &n in &args.sizes {
         println!("{} versions above the cut", fmt_int(n));
-        let tmp = tempfile::Builder::new().prefix("tidelog-cutover-").tempdir()?;
+        let tmp = tempfile::Builder::new()
+            .prefix("tidelog-cutover-")
+            .tempdir()?;
         let r = run_one(&exe, tmp.path(), n, args)?;
         println!(
             "  promote {:.2} ms (again {:.2} ms), lost_commits {}; clean-up {:.2} s ({}/s)",
@@ -299,7 +301,13 @@ pub fn run(args: &CutoverArgs) -> Result<()> {
     println!();
     println!(
         "{:>14} {:>12} {:>12} {:>12} {:>14} {:>12} {:>8}",
-        "versions>cut", "promote ms", "again ms", "cleanup s", "cleanup ver/s", "prom/clean", "≤100ms"
+        "versions>cut",
+        "promote ms",
+        "again ms",
+        "cleanup s",
+        "cleanup ver/s",
+        "prom/clean",
+        "≤100ms"
     );
     for r in &runs {
         println!(
@@ -310,7 +318,11 @@ pub fn run(args: &CutoverArgs) -> Result<()> {
             r.cleanup_s,
             fmt_int(r.cleanup_versions_per_s as u64),
             r.ratio_promote_to_cleanup,
-            if r.promote_ms <= 100.0 { "pass" } else { "FAIL" }
+            if r.promote_ms <= 100.0 {
+                "pass"
+            } else {
+                "FAIL"
+            }
         );
     }
     if let Some(p) = &args.json {
