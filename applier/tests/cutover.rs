@@ -3,12 +3,14 @@
 //! clean-up, idempotence and reopen.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::Log;
 use tidelog_applier::cutover::{self, Cleanup};
-use tidelog_applier::store::{Durability, Store};
+use tidelog_applier::store::Store;
 use tidelog_applier::trx::{trx_status, SafeTimeView, TrxQuery, TrxState, TrxStatus};
-use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::*;
 
 struct Frozen(HybridTime);
@@ -22,28 +24,6 @@ impl SafeTimeView for Frozen {
     }
     fn cut(&self) -> Option<HybridTime> {
         Some(self.0)
-    }
-}
-
-struct Log {
-    tablet: TabletId,
-    pos: WalPos,
-}
-
-impl Log {
-    fn new(t: &str) -> Log {
-        Log {
-            tablet: t.parse().unwrap(),
-            pos: WalPos(0),
-        }
-    }
-    fn apply(&mut self, s: &Store, ht: u64, body: Body) {
-        let r = Record::new(HybridTime(ht), body);
-        let len = (RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64;
-        let at = self.pos;
-        self.pos = at.add(len);
-        s.apply(&self.tablet, &[(at, r)], self.pos, Durability::Buffered)
-            .unwrap();
     }
 }
 

@@ -2,14 +2,16 @@
 //! every state, the hint wait, a reused trx id, reopen after close, retention and bad input.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use common::Log;
 use tidelog_applier::binlog::OpenKind;
-use tidelog_applier::store::{Durability, Store};
+use tidelog_applier::store::Store;
 use tidelog_applier::trx::{trx_status, SafeTimeView, TrxQuery, TrxState, TrxStatus};
-use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::*;
 
 /// A safe time the test moves by hand; `wait_for` blocks on it like the real one.
@@ -47,29 +49,6 @@ impl SafeTimeView for Safe {
             }
             g = self.cv.wait_timeout(g, left).unwrap().0;
         }
-    }
-}
-
-/// One tablet's received log, placed record by record.
-struct Log {
-    tablet: TabletId,
-    pos: WalPos,
-}
-
-impl Log {
-    fn new(t: &str) -> Log {
-        Log {
-            tablet: t.parse().unwrap(),
-            pos: WalPos(0),
-        }
-    }
-    fn apply(&mut self, s: &Store, ht: u64, body: Body) {
-        let r = Record::new(HybridTime(ht), body);
-        let len = (RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64;
-        let at = self.pos;
-        self.pos = at.add(len);
-        s.apply(&self.tablet, &[(at, r)], self.pos, Durability::Buffered)
-            .unwrap();
     }
 }
 

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
@@ -22,21 +20,8 @@ fn ht_ago(ago: Duration) -> u64 {
     us << 12
 }
 
-/// Appends JSON-line records with `tidelog wal append`.
 fn append(wal: &std::path::Path, lines: &[String]) {
-    let mut c = Command::new(bin())
-        .args(["wal", "append", "--sync", "always", "--dir"])
-        .arg(wal)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    c.stdin
-        .take()
-        .unwrap()
-        .write_all(lines.join("\n").as_bytes())
-        .unwrap();
-    assert!(c.wait().unwrap().success());
+    wal_append(wal, lines);
 }
 
 fn write(t: &str, ht: u64, key: &str, v: &str) -> String {

@@ -55,18 +55,7 @@ fn scan(c: &Cluster, prefix: &str) -> Option<(u64, BTreeMap<String, String>)> {
         return None;
     }
     let ht = v["read_ht"].as_str().unwrap().parse().unwrap();
-    let items = v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["key"].as_str().unwrap().to_string(),
-                i["value"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    Some((ht, items))
+    Some((ht, scan_items(&v)))
 }
 
 fn safe_time(c: &Cluster) -> Option<u64> {

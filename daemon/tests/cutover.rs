@@ -9,11 +9,10 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
-use std::process::{Command, Stdio};
+
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -33,14 +32,6 @@ fn cluster(root: &std::path::Path) -> Cluster {
         ),
         "",
     )
-}
-
-fn now_ht() -> u64 {
-    (SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64)
-        << 12
 }
 
 fn ht_of(v: &Value) -> u64 {
@@ -118,29 +109,11 @@ fn target_state(c: &Cluster, mode: &str) -> BTreeMap<String, String> {
     .unwrap();
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["more"], false);
-    v["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| {
-            (
-                i["key"].as_str().unwrap().to_string(),
-                i["value"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    scan_items(&v)
 }
 
 fn append(wal: &std::path::Path, line: &str) {
-    let mut c = Command::new(bin())
-        .args(["wal", "append", "--sync", "always", "--dir"])
-        .arg(wal)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    c.stdin.take().unwrap().write_all(line.as_bytes()).unwrap();
-    assert!(c.wait().unwrap().success());
+    wal_append(wal, &[line.to_string()]);
 }
 
 #[test]

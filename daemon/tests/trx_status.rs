@@ -5,36 +5,14 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::Value;
 
-fn now_ht() -> u64 {
-    (SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64)
-        << 12
-}
-
-/// Appends JSON-line records with `tidelog wal append`.
 fn append(wal: &std::path::Path, lines: &[String]) {
-    let mut c = Command::new(bin())
-        .args(["wal", "append", "--sync", "always", "--dir"])
-        .arg(wal)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    c.stdin
-        .take()
-        .unwrap()
-        .write_all(lines.join("\n").as_bytes())
-        .unwrap();
-    assert!(c.wait().unwrap().success());
+    wal_append(wal, lines);
 }
 
 fn write(t: &str, ht: u64, trx: &str, gtid: &str) -> String {

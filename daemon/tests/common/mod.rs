@@ -3,6 +3,8 @@
 //! when dropped, the admin API through `tidelog::ctl::call`, and deadline waits.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -201,4 +203,41 @@ pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Appends JSON-line records (one per string) with `tidelog wal append --sync always`.
+pub fn wal_append(wal: &Path, lines: &[String]) {
+    let mut c = Command::new(bin())
+        .args(["wal", "append", "--sync", "always", "--dir"])
+        .arg(wal)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(lines.join("\n").as_bytes())
+        .unwrap();
+    assert!(c.wait().unwrap().success());
+}
+
+/// The `items` of a `/v1/scan` answer as key → value (UTF-8 keys and values).
+pub fn scan_items(v: &Value) -> BTreeMap<String, String> {
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap().to_string(),
+                i["value"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The hybrid time of now (physical microseconds, logical 0).
+pub fn now_ht() -> u64 {
+    tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now()).0
 }
