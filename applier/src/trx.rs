@@ -72,8 +72,6 @@ pub struct TrxStatus {
     pub txn: Option<TxnId>,
     /// For `IN_PROGRESS`: what the answer waits for.
     pub waits_for: Option<String>,
-    /// The tablets the commit wrote, when known.
-    pub tablets: Vec<TabletId>,
     /// The published safe time the answer was given at.
     pub safe_time: Option<HybridTime>,
     /// Whether the target has seen everything the client has: the hint is visible, or
@@ -165,7 +163,6 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         connect_id: None,
         txn: None,
         waits_for: None,
-        tablets: Vec::new(),
         safe_time: view.safe_time(),
         caught_up: cut.is_some() || fresh(view.safe_time(), q.max_staleness),
     };
@@ -179,6 +176,8 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     a.connect_id = Some(trx.connect_id);
     // On a promoted target: the hint, when the client saw a commit above the cut.
     let mut hint_after_cut = None;
+    // The client's hint is not visible here yet: the target is behind the client.
+    let mut behind_hint = false;
     if let Some(h) = q.gtid_hint {
         let g = match h.parse::<Gtid>() {
             Ok(g) => g,
@@ -199,6 +198,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
                 }
                 Hint::Behind(g) => {
                     a.caught_up = false;
+                    behind_hint = true;
                     a.waits_for = Some(format!(
                         "gtid {g} (the client's last commit) to become visible"
                     ));
@@ -238,7 +238,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     if let Some(o) = bl.trx_open(trx)? {
         a.txn = Some(o.txn);
         match (o.kind, cut) {
-            (OpenKind::Aborted, _) if a.caught_up => {
+            (OpenKind::Aborted, _) if !behind_hint => {
                 a.state = TrxState::Aborted;
                 a.reason = Some(format!(
                     "aborted at source (abort of txn {} at {} in tablet {})",
@@ -272,7 +272,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         }
         return Ok(a);
     }
-    if !a.caught_up && q.gtid_hint.is_some() {
+    if behind_hint {
         a.state = TrxState::InProgress;
         a.reason = Some(format!(
             "the target is behind the client: its gtid hint is not visible yet (safe time {})",

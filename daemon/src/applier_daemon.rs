@@ -675,7 +675,6 @@ fn trx_json(a: &TrxStatus) -> Value {
         "connect_id": a.connect_id.map(|c| c.to_string()),
         "txn": a.txn.map(|t| t.to_string()),
         "waits_for": a.waits_for,
-        "tablets": a.tablets.iter().map(TabletId::to_string).collect::<Vec<_>>(),
         "safe_time": a.safe_time.map(ht),
         "caught_up": a.caught_up,
     })
