@@ -837,7 +837,9 @@ impl Store {
     }
 
     /// [`Store::apply_part`] for several parts of `tablet` in **one** atomic batch (one
-    /// lock, one journal write). Returns how many were applied (not already there).
+    /// lock, one journal write). Returns how many were applied (not already applied in this
+    /// process: applied parts are tracked in the cache of unresolved transactions, and a
+    /// restart re-applies the parts of the transactions still in `pending`, idempotently).
     pub fn apply_parts(
         &self,
         tablet: &TabletId,
@@ -875,7 +877,9 @@ impl Store {
             if done {
                 batch.remove(&self.pending, pending_key(p.commit_ht, &p.txn));
             }
-            batch.insert(&self.txns, p.txn.0.to_vec(), encode_txn(&st)?);
+            // Applied parts are tracked in memory only: `txns` is not rewritten. After a
+            // crash the parts of every transaction still in `pending` are applied again,
+            // which writes the same versions at the same ht (idempotent).
             updated.push((p.txn, st));
         }
         if updated.is_empty() {
