@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::CachePadded;
-use tidelog_wal::{HybridTime, TabletId};
+use tidelog_wal::{Heartbeat, HybridTime, TabletId};
 
 use crate::core::{Core, Part, SafeTime};
 use crate::error::Result;
@@ -65,6 +65,8 @@ pub struct Consistency {
     advanced_cv: Condvar,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
+    /// Beats once per publisher iteration (at least every 50 ms).
+    heartbeat: Heartbeat,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -96,6 +98,7 @@ impl Consistency {
             advanced_cv: Condvar::new(),
             stop: AtomicBool::new(false),
             publisher: Mutex::new(None),
+            heartbeat: Heartbeat::new(),
         });
         let c2 = c.clone();
         let h = std::thread::Builder::new()
@@ -216,6 +219,12 @@ impl Consistency {
         }
     }
 
+    /// When the publisher thread last went round its loop (at least every 50 ms while it
+    /// runs; frozen after [`stop`](Self::stop)).
+    pub fn last_progress(&self) -> Instant {
+        self.heartbeat.last()
+    }
+
     /// Stops the publisher (after one last publish).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -227,6 +236,7 @@ impl Consistency {
 
     fn publisher_loop(&self) {
         loop {
+            self.heartbeat.beat();
             {
                 let mut g = lock(&self.signal);
                 if !*g && !self.stop.load(Ordering::SeqCst) {

@@ -7,5 +7,6 @@ pub mod core;
 pub mod error;
 pub mod intake;
 pub mod keys;
+pub mod latency;
 pub mod store;
 pub mod tls;
