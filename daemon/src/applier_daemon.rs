@@ -194,7 +194,7 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
     let (st2, admin_stop) = (state.clone(), stopped());
-    let admin_task = tokio::spawn(async move {
+    let mut admin_task = tokio::spawn(async move {
         admin::serve_bound(listener, &socket, router(st2), admin_stop).await
     });
     if let Some(addr) = cfg.metrics_listen {
@@ -209,7 +209,7 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     let status_task = notify::spawn_status(service::STATUS_INTERVAL, move || {
         service::applier_status(&st4)
     });
-    let admin_failed = signals.first(admin_task).await?;
+    let admin_failed = signals.first(&mut admin_task).await?;
     signals.during_stop(STOP_BOUND);
     notify::stopping();
     if let Some(t) = status_task {
@@ -231,6 +231,12 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     let _ = stop_tx.send(true);
     if let Some(e) = admin_failed {
         return Err(e);
+    }
+    // Let the admin server finish its requests and remove the socket.
+    if let Ok(Ok(Err(e))) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
+    {
+        tracing::warn!("admin API: {e:#}");
     }
     tracing::info!("applier stopped");
     Ok(())

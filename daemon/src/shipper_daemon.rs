@@ -89,7 +89,7 @@ async fn serve(cfg: ShipperConfig) -> Result<()> {
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
     let (st, admin_stop) = (shipper.clone(), stopped());
-    let admin_task =
+    let mut admin_task =
         tokio::spawn(
             async move { admin::serve_bound(listener, &socket, router(st), admin_stop).await },
         );
@@ -117,7 +117,7 @@ async fn serve(cfg: ShipperConfig) -> Result<()> {
     let status_task = notify::spawn_status(service::STATUS_INTERVAL, move || {
         service::shipper_status(&s4, &applier)
     });
-    let admin_failed = signals.first(admin_task).await?;
+    let admin_failed = signals.first(&mut admin_task).await?;
     signals.during_stop(STOP_BOUND);
     notify::stopping();
     if let Some(t) = status_task {
@@ -129,6 +129,12 @@ async fn serve(cfg: ShipperConfig) -> Result<()> {
     let _ = stop_tx.send(true);
     if let Some(e) = admin_failed {
         return Err(e);
+    }
+    // Let the admin server finish its requests and remove the socket.
+    if let Ok(Ok(Err(e))) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
+    {
+        tracing::warn!("admin API: {e:#}");
     }
     tracing::info!("shipper stopped");
     Ok(())

@@ -48,10 +48,11 @@ impl Signals {
     }
 
     /// Waits for the first SIGTERM or SIGINT, or for the admin server to fail (returned as
-    /// `Some`). A SIGQUIT exits the process at once.
+    /// `Some`). A SIGQUIT exits the process at once. `admin_task` stays the caller's, to
+    /// await after the stop (it removes the socket).
     pub async fn first(
         &mut self,
-        admin_task: tokio::task::JoinHandle<Result<()>>,
+        admin_task: &mut tokio::task::JoinHandle<Result<()>>,
     ) -> Result<Option<anyhow::Error>> {
         tokio::select! {
             _ = self.term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(None) }
