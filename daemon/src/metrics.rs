@@ -475,7 +475,7 @@ pub fn shipper(s: &Shipper) -> String {
     for (t, row) in &st {
         m.sample(
             "tidelog_shipper_tablet_state",
-            &[("tablet", &t.to_string()), ("state", row.state)],
+            &[("tablet", t.as_ref()), ("state", row.state)],
             1,
         );
     }
