@@ -45,13 +45,18 @@ pub fn watchdog_interval() -> Option<Duration> {
     }
 }
 
+/// The shortest silence of a worker taken for a hang, whatever `WATCHDOG_USEC` says: one slow
+/// fsync on a busy disk (hundreds of milliseconds) is not a hang, and a hang is still caught
+/// within seconds.
+pub const MIN_STALL: Duration = Duration::from_secs(5);
+
 /// Spawns a task on the current tokio runtime that sends `WATCHDOG=1` every
 /// [`watchdog_interval`] (half of `WATCHDOG_USEC`), but only while `liveness` vouches for the
 /// threads that do the real work; `None` (nothing spawned) when the watchdog is off.
 ///
-/// `liveness(limit)` is called before each ping with `limit` = `WATCHDOG_USEC`; it returns
-/// `Err(what)` naming a worker that has shown no sign of life for longer (see
-/// `tidelog_wal::Heartbeat`). The ping is then withheld (logged once per stall) and systemd,
+/// `liveness(limit)` is called before each ping with `limit` = `WATCHDOG_USEC`, but at least
+/// [`MIN_STALL`]; it returns `Err(what)` naming a worker that has shown no sign of life for
+/// longer (see `tidelog_wal::Heartbeat`). The ping is then withheld (logged once per stall) and systemd,
 /// after `WatchdogSec=` without a ping, kills and restarts the service. A stalled runtime
 /// stops the pings as well, since this task runs on it. Abort the handle (or drop the
 /// runtime) to stop pinging.
@@ -60,7 +65,7 @@ where
     F: Fn(Duration) -> Result<(), String> + Send + 'static,
 {
     let every = watchdog_interval()?;
-    let limit = every * 2;
+    let limit = (every * 2).max(MIN_STALL);
     tracing::debug!(interval = ?every, "systemd watchdog enabled");
     Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -145,7 +150,7 @@ mod tests {
         let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let a2 = alive.clone();
         let h = spawn_watchdog(move |limit| {
-            assert_eq!(limit, Duration::from_millis(20));
+            assert_eq!(limit, MIN_STALL);
             if a2.load(std::sync::atomic::Ordering::SeqCst) {
                 Ok(())
             } else {
