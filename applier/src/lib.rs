@@ -2,6 +2,7 @@
 //! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
 
 pub mod apply;
+pub mod binlog;
 pub mod consistency;
 pub mod core;
 pub mod error;
@@ -10,3 +11,4 @@ pub mod keys;
 pub mod latency;
 pub mod store;
 pub mod tls;
+pub mod trx;

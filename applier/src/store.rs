@@ -27,6 +27,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
+use crate::binlog::{self, Binlog, BinlogEntry, OpenKind};
 use crate::error::{Error, Result};
 use crate::keys;
 
@@ -41,6 +42,7 @@ pub const PENDING: &str = "pending";
 const TABLET_PREFIX: &[u8] = b"tablet/";
 const GLOBAL_SAFE_TIME: &[u8] = b"global/safe_time";
 const GLOBAL_ROLE: &[u8] = b"global/role";
+const BINLOG_HORIZON: &[u8] = b"global/binlog_horizon";
 
 const VALUE_TOMBSTONE: u8 = 0;
 const VALUE_PUT: u8 = 1;
@@ -119,6 +121,9 @@ pub struct TxnState {
     pub gtid: Option<Gtid>,
     /// Participants whose part (intents applied at commit_ht) is in `mvcc`.
     pub applied_parts: std::collections::BTreeSet<TabletId>,
+    /// The `trx_open` entry (ht, tablet of the intent) that marks this undecided
+    /// transaction under its trx id; removed when the decision arrives.
+    pub open: Option<(HybridTime, TabletId)>,
 }
 
 /// What one `apply` call did.
@@ -142,6 +147,8 @@ pub struct ApplyOutcome {
     pub safe_time: HybridTime,
     /// Commit records applied by this call: the transaction and its commit.
     pub new_commits: Vec<(TxnId, CommitInfo)>,
+    /// Binlog entries written (commits: `write`s with a trx_id or gtid, and `commit`s).
+    pub binlog: u64,
 }
 
 /// The applier's store. Cheap to share behind an `Arc`; all methods take `&self`.
@@ -151,7 +158,7 @@ pub struct Store {
     txns: Keyspace,
     meta: Keyspace,
     pending: Keyspace,
-    /// Serializes read-modify-write of `txns` and `meta`.
+    bl: Binlog,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions (the committed state of their `txns` records, so applying does not read
     /// them back from the LSM; resolved ones leave it).
@@ -184,12 +191,19 @@ impl Store {
                 .map_err(Error::store("open keyspace"))
         };
         let (mvcc, txns, meta, pending) = (ks(MVCC)?, ks(TXNS)?, ks(META)?, ks(PENDING)?);
+        let bl = Binlog {
+            binlog: ks(binlog::BINLOG)?,
+            trx: ks(binlog::TRX)?,
+            trx_open: ks(binlog::TRX_OPEN)?,
+            gtid: ks(binlog::GTID)?,
+        };
         Ok(Store {
             db,
             mvcc,
             txns,
             meta,
             pending,
+            bl,
             write_lock: Mutex::new(HashMap::new()),
         })
     }
@@ -357,6 +371,47 @@ impl Store {
         self.commit(b, Durability::Sync)
     }
 
+    // ---- binlog ----------------------------------------------------------------------------
+
+    /// The binlog and its trx and gtid indexes (look-ups take no lock).
+    pub fn binlog(&self) -> &Binlog {
+        &self.bl
+    }
+
+    /// Binlog entries with `commit_ht` below this may have been removed by retention
+    /// (`MIN`: none ever was).
+    pub fn binlog_horizon(&self) -> Result<HybridTime> {
+        match self
+            .meta
+            .get(BINLOG_HORIZON)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(HybridTime::MIN),
+            Some(v) => <[u8; 8]>::try_from(&v[..])
+                .map(|b| HybridTime(u64::from_le_bytes(b)))
+                .map_err(|_| {
+                    Error::corrupt(
+                        META,
+                        "global/binlog_horizon",
+                        format!("{} bytes, expected 8", v.len()),
+                    )
+                }),
+        }
+    }
+
+    /// Retention: removes up to `max` binlog entries with `commit_ht < before`, their
+    /// index entries and old aborts, in one batch, and raises the horizon. Returns the
+    /// number of binlog entries removed and whether everything below `before` is gone.
+    pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
+        let mut b = self.db.batch();
+        let (n, done) = self.bl.expire(&mut b, before, max)?;
+        if n > 0 && before > self.binlog_horizon()? {
+            b.insert(&self.meta, BINLOG_HORIZON, before.0.to_le_bytes().to_vec());
+        }
+        self.commit(b, Durability::Buffered)?;
+        Ok((n, done))
+    }
+
     // ---- transactions --------------------------------------------------------------------
 
     /// What the store knows about `txn`, from the cache of unresolved transactions when it
@@ -439,8 +494,22 @@ impl Store {
             out.bytes += end.since(*pos);
             meta.safe_time = rec.ht;
             match &rec.body {
-                Body::Write { ops, .. } => {
+                Body::Write { ops, trx_id, gtid } => {
                     out.writes += 1;
+                    if trx_id.is_some() || gtid.is_some() {
+                        self.bl.add_commit(
+                            &mut batch,
+                            &BinlogEntry {
+                                commit_ht: rec.ht,
+                                tablet: tablet.clone(),
+                                trx_id: *trx_id,
+                                gtid: *gtid,
+                                txn: None,
+                                tablets: vec![tablet.clone()],
+                            },
+                        )?;
+                        out.binlog += 1;
+                    }
                     // Several ops on one key in one record: the last one wins (one version
                     // per key and ht).
                     let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
@@ -467,6 +536,13 @@ impl Store {
                     }
                     if trx_id.is_some() {
                         st.trx_id = *trx_id;
+                    }
+                    if let (Some(t), None, false, None) =
+                        (st.trx_id, &st.commit, st.aborted, &st.open)
+                    {
+                        self.bl
+                            .add_open(&mut batch, t, rec.ht, tablet, OpenKind::Pending, txn);
+                        st.open = Some((rec.ht, tablet.clone()));
                     }
                 }
                 Body::Commit {
@@ -497,6 +573,21 @@ impl Store {
                     if st.commit.is_none() && !st.aborted {
                         batch.insert(&self.pending, pending_key(rec.ht, txn), Vec::new());
                         out.new_commits.push((*txn, ci.clone()));
+                        if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
+                            self.bl.remove_open(&mut batch, id, ht, &t);
+                        }
+                        self.bl.add_commit(
+                            &mut batch,
+                            &BinlogEntry {
+                                commit_ht: rec.ht,
+                                tablet: tablet.clone(),
+                                trx_id: trx_id.or(st.trx_id),
+                                gtid: *gtid,
+                                txn: Some(*txn),
+                                tablets: participants.clone(),
+                            },
+                        )?;
+                        out.binlog += 1;
                     }
                     st.commit = Some(ci);
                     if trx_id.is_some() {
@@ -511,6 +602,20 @@ impl Store {
                     let st = Self::txn_entry(self, &g, &mut txns, txn)?;
                     if st.commit.is_some() {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
+                    } else if !st.aborted {
+                        if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
+                            self.bl.remove_open(&mut batch, id, ht, &t);
+                        }
+                        if let Some(id) = trx_id.or(st.trx_id) {
+                            self.bl.add_open(
+                                &mut batch,
+                                id,
+                                rec.ht,
+                                tablet,
+                                OpenKind::Aborted,
+                                txn,
+                            );
+                        }
                     }
                     st.aborted = true;
                     if trx_id.is_some() {
@@ -764,13 +869,16 @@ fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
 }
 
 /// Bounded little-endian reader over a stored value; every failure says what and where.
-struct Cur<'a> {
+pub(crate) struct Cur<'a> {
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Cur<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+    pub(crate) fn new(buf: &'a [u8]) -> Cur<'a> {
+        Cur { buf, at: 0 }
+    }
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
         let s = self
             .buf
             .get(self.at..self.at.saturating_add(n))
@@ -784,24 +892,24 @@ impl<'a> Cur<'a> {
         self.at += n;
         Ok(s)
     }
-    fn u8(&mut self, what: &str) -> Result<u8, String> {
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8, String> {
         Ok(self.take(1, what)?[0])
     }
-    fn u16(&mut self, what: &str) -> Result<u16, String> {
+    pub(crate) fn u16(&mut self, what: &str) -> Result<u16, String> {
         let b = self.take(2, what)?;
         Ok(u16::from_le_bytes([b[0], b[1]]))
     }
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32, String> {
         let mut a = [0u8; 4];
         a.copy_from_slice(self.take(4, what)?);
         Ok(u32::from_le_bytes(a))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, String> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, String> {
         let mut a = [0u8; 8];
         a.copy_from_slice(self.take(8, what)?);
         Ok(u64::from_le_bytes(a))
     }
-    fn tablet(&mut self, what: &str) -> Result<TabletId, String> {
+    pub(crate) fn tablet(&mut self, what: &str) -> Result<TabletId, String> {
         let n = self.u8(what)? as usize;
         let at = self.at;
         let b = self.take(n, what)?;
@@ -810,7 +918,7 @@ impl<'a> Cur<'a> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("invalid tablet id in {what} at byte {at}"))
     }
-    fn end(&self) -> Result<(), String> {
+    pub(crate) fn end(&self) -> Result<(), String> {
         if self.at == self.buf.len() {
             Ok(())
         } else {
@@ -823,7 +931,7 @@ impl<'a> Cur<'a> {
     }
 }
 
-fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
+pub(crate) fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
     // Tablet ids are at most 64 bytes (checked by `TabletId`).
     out.push(t.as_str().len() as u8);
     out.extend_from_slice(t.as_str().as_bytes());
@@ -890,6 +998,7 @@ const TX_ABORTED: u8 = 2;
 const TX_TRX_ID: u8 = 4;
 const TX_GTID: u8 = 8;
 const TX_APPLIED_PARTS: u8 = 16;
+const TX_OPEN: u8 = 32;
 
 /// A transaction nothing will change any more: aborted, or committed and applied on every
 /// participant.
@@ -926,6 +1035,9 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     }
     if !st.applied_parts.is_empty() {
         flags |= TX_APPLIED_PARTS;
+    }
+    if st.open.is_some() {
+        flags |= TX_OPEN;
     }
     out.push(flags);
     if let Some(t) = st.trx_id {
@@ -969,6 +1081,10 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
             put_tablet(&mut out, t);
         }
     }
+    if let Some((ht, t)) = &st.open {
+        out.extend_from_slice(&ht.0.to_le_bytes());
+        put_tablet(&mut out, t);
+    }
     Ok(out)
 }
 
@@ -979,7 +1095,7 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
         return Err(format!("unknown format version {ver}"));
     }
     let flags = c.u8("flags")?;
-    if flags & !(TX_COMMIT | TX_ABORTED | TX_TRX_ID | TX_GTID | TX_APPLIED_PARTS) != 0 {
+    if flags & !(TX_COMMIT | TX_ABORTED | TX_TRX_ID | TX_GTID | TX_APPLIED_PARTS | TX_OPEN) != 0 {
         return Err(format!("unknown flags {flags:#04x}"));
     }
     let mut st = TxnState {
@@ -1027,6 +1143,9 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
         for _ in 0..n {
             st.applied_parts.insert(c.tablet("applied part")?);
         }
+    }
+    if flags & TX_OPEN != 0 {
+        st.open = Some((HybridTime(c.u64("open ht")?), c.tablet("open tablet")?));
     }
     c.end()?;
     Ok(st)

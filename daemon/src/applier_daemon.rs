@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -15,11 +16,13 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
 use tidelog_applier::tls::TlsMaterial;
-use tidelog_wal::{HybridTime, TabletId, WalPos};
+use tidelog_applier::trx::{TrxQuery, TrxState, TrxStatus};
+use tidelog_wal::{Gtid, HybridTime, TabletId, WalPos};
 
 use crate::admin::{self, ApiError, ApiPath, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
@@ -128,6 +131,8 @@ pub struct ApplierState {
     pub store: Arc<Store>,
     pub consistency: Arc<Consistency>,
     pub max_staleness: std::time::Duration,
+    /// `trx_status` answers given, by state (in `TrxState::ALL` order).
+    pub trx_lookups: Arc<[AtomicU64; 4]>,
 }
 
 async fn serve(cfg: ApplierConfig) -> Result<()> {
@@ -182,7 +187,9 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         store: store.clone(),
         consistency: consistency.clone(),
         max_staleness: cfg.max_staleness,
+        trx_lookups: Arc::new(Default::default()),
     };
+    let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -250,6 +257,9 @@ fn router(state: ApplierState) -> Router {
         .route("/v1/safe-time", get(safe_time))
         .route("/v1/pause", post(pause))
         .route("/v1/resume", post(resume))
+        .route("/v1/trx/{*trx_id}", get(trx_status))
+        .route("/v1/trx/", get(trx_status_empty))
+        .route("/v1/binlog", get(binlog))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -552,4 +562,160 @@ async fn metrics(State(s): State<ApplierState>) -> axum::response::Response {
         .await
         .unwrap_or_default();
     admin::prometheus(text)
+}
+
+#[derive(Debug, Deserialize)]
+struct TrxParams {
+    gtid: Option<String>,
+    wait: Option<String>,
+}
+
+/// Longest `wait` a `trx_status` call may ask for.
+const MAX_TRX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn trx_json(a: &TrxStatus) -> Value {
+    json!({
+        "trx_id": a.trx_id,
+        "state": a.state.name(),
+        "reason": a.reason,
+        "gtid": a.gtid.map(|g| g.to_string()),
+        "commit_ht": a.commit_ht.map(ht),
+        "connect_id": a.connect_id.map(|c| c.to_string()),
+        "txn": a.txn.map(|t| t.to_string()),
+        "waits_for": a.waits_for,
+        "tablets": a.tablets.iter().map(TabletId::to_string).collect::<Vec<_>>(),
+        "safe_time": a.safe_time.map(ht),
+        "caught_up": a.caught_up,
+    })
+}
+
+async fn trx_status_empty(
+    s: State<ApplierState>,
+    q: ApiQuery<TrxParams>,
+) -> Result<Json<Value>, ApiError> {
+    trx_status(s, ApiPath(String::new()), q).await
+}
+
+/// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
+/// (`UNKNOWN` with a reason); only a bad `wait` is a 400. Without a hint the look-up is a
+/// few point reads and runs inline; a hint may wait, so it runs on the blocking pool.
+async fn trx_status(
+    State(s): State<ApplierState>,
+    ApiPath(trx_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<TrxParams>,
+) -> Result<Json<Value>, ApiError> {
+    let wait = match q.wait.as_deref() {
+        None => tidelog_applier::trx::DEFAULT_WAIT,
+        Some(w) => admin::parse_wait("wait", w)?.min(MAX_TRX_WAIT),
+    };
+    let has_hint = q.gtid.is_some();
+    let ask = move |s: &ApplierState| {
+        tidelog_applier::trx::trx_status(
+            &s.store,
+            &*s.consistency,
+            &TrxQuery {
+                trx_id: &trx_id,
+                gtid_hint: q.gtid.as_deref(),
+                wait,
+                max_staleness: s.max_staleness,
+            },
+        )
+    };
+    let answer = if !has_hint {
+        ask(&s)
+    } else {
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || ask(&s2))
+            .await
+            .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+    }
+    .map_err(|e| ApiError::internal(&e.into()))?;
+    if let Some(i) = TrxState::ALL.iter().position(|st| *st == answer.state) {
+        s.trx_lookups[i].fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(Json(trx_json(&answer)))
+}
+
+#[derive(Debug, Deserialize)]
+struct BinlogParams {
+    #[serde(rename = "from-gtid")]
+    from_gtid: Option<String>,
+    limit: Option<u64>,
+}
+
+/// Default and largest `limit` of `GET /v1/binlog`.
+const BINLOG_LIMIT: u64 = 100;
+const BINLOG_MAX_LIMIT: u64 = 10_000;
+
+/// `GET /v1/binlog?from-gtid=G&limit=N`: visible commits (≤ safe time) in commit order,
+/// starting at gtid G (inclusive) or at the oldest retained.
+async fn binlog(
+    State(s): State<ApplierState>,
+    ApiQuery(q): ApiQuery<BinlogParams>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = q.limit.unwrap_or(BINLOG_LIMIT).clamp(1, BINLOG_MAX_LIMIT) as usize;
+    let from: Option<Gtid> = match q.from_gtid.as_deref() {
+        None | Some("") => None,
+        Some(g) => Some(
+            g.parse()
+                .map_err(|e| ApiError::bad_request(format!("from-gtid: {e}")))?,
+        ),
+    };
+    let safe = s.consistency.safe_time();
+    let s2 = s.clone();
+    let (entries, more) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+        let Some(upto) = safe else {
+            return Ok((Vec::new(), false));
+        };
+        let bl = s2.store.binlog();
+        let start = match from {
+            None => None,
+            Some(g) => {
+                let e = bl
+                    .gtid(g.domain, g.seq)
+                    .map_err(|e| ApiError::internal(&e.into()))?;
+                match e {
+                    Some(e) if e.commit_ht <= upto => Some((e.commit_ht, e.tablet)),
+                    Some(_) | None => {
+                        let horizon = s2
+                            .store
+                            .binlog_horizon()
+                            .map_err(|e| ApiError::internal(&e.into()))?;
+                        let first = bl
+                            .first_in_domain(g.domain)
+                            .map_err(|e| ApiError::internal(&e.into()))?;
+                        let why = match first {
+                            Some(f) if g.seq < f.gtid.seq && horizon > HybridTime::MIN => format!(
+                                "gtid {g} was removed by binlog retention; the oldest retained in domain {} is {}",
+                                g.domain, f.gtid
+                            ),
+                            _ => format!("gtid {g} is not in the visible binlog (safe time {upto})"),
+                        };
+                        return Err(ApiError::not_found(why));
+                    }
+                }
+            }
+        };
+        bl.read(start.as_ref().map(|(h, t)| (*h, t)), upto, limit)
+            .map_err(|e| ApiError::internal(&e.into()))
+    })
+    .await
+    .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))??;
+    let entries: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "gtid": e.gtid.map(|g| g.to_string()),
+                "trx_id": e.trx_id.map(|t| t.to_string()),
+                "commit_ht": ht(e.commit_ht),
+                "tablets": e.tablets.iter().map(TabletId::to_string).collect::<Vec<_>>(),
+                "txn": e.txn.map(|t| t.to_string()),
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "safe_time": safe.map(ht),
+        "entries": entries,
+        "more": more,
+    })))
 }

@@ -311,6 +311,37 @@ pub async fn call(socket: &Path, method: Method, path_and_query: &str) -> Result
     Ok(Answer { status, body })
 }
 
+/// Connection attempts `trx-status` makes, with backoff from 100 ms doubling (about 6 s in
+/// all), while the admin socket is missing or refuses connections.
+const SOCKET_RETRIES: u32 = 6;
+
+/// Retries connecting to `socket` with capped exponential backoff while it is missing or
+/// refusing; returns as soon as a connection succeeds or the attempts are used up (the
+/// caller's own call then reports the error).
+async fn wait_for_socket(socket: &Path, attempts: u32) {
+    let mut delay = Duration::from_millis(100);
+    for i in 0..attempts {
+        match tokio::net::UnixStream::connect(socket).await {
+            Ok(_) => return,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) && i + 1 < attempts =>
+            {
+                eprintln!(
+                    "admin socket {} not available ({e}); retrying in {} ms",
+                    socket.display(),
+                    delay.as_millis()
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 /// Runs `tidelog ctl`: prints the answer; an error answer becomes the returned error.
 pub fn run(args: CtlArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -321,6 +352,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
     let mut timeout = args.timeout;
     if let CtlCommand::TrxStatus { wait: Some(w), .. } = &args.command {
         timeout = timeout.saturating_add(wait_allowance(w));
+    }
+    if matches!(args.command, CtlCommand::TrxStatus { .. }) {
+        // Typically asked while the daemon restarts: give its socket a few seconds.
+        rt.block_on(wait_for_socket(&args.socket, SOCKET_RETRIES));
     }
     let answer = rt.block_on(async {
         tokio::time::timeout(timeout, call(&args.socket, method.clone(), &path))

@@ -396,6 +396,40 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         "  last gtid      {}",
         summary.last_gtid.map_or("-".into(), |g| g.to_string())
     );
+    // Did my commit land? One committed, one aborted and one never-seen trx id.
+    let mut asks: Vec<(String, Option<String>, &str)> = Vec::new();
+    if let Some((t, g)) = summary.last_commit {
+        asks.push((t.to_string(), Some(g.to_string()), "COMMITTED"));
+    }
+    match summary.final_aborts.first() {
+        Some(t) => asks.push((t.to_string(), None, "ABORTED")),
+        None => println!("  trx_status     (no session ended on an abort this run)"),
+    }
+    let unknown = summary.last_commit.map_or_else(
+        || "1:1".to_string(),
+        |(t, _)| format!("{}:{}", t.connect_id, t.commit_counter + 1_000_000),
+    );
+    asks.push((unknown, None, "UNKNOWN"));
+    for (trx, gtid, want) in asks {
+        let path = match &gtid {
+            Some(g) => format!("/v1/trx/{}?gtid={}", ctl::encode(&trx), ctl::encode(g)),
+            None => format!("/v1/trx/{}", ctl::encode(&trx)),
+        };
+        let (st, v) = api.get(&path)?;
+        let state = v["state"].as_str().unwrap_or("-");
+        if st != 200 || state != want {
+            bail!("trx_status {trx}: HTTP {st}, {v}; expected {want}");
+        }
+        let detail = match state {
+            "COMMITTED" => format!(
+                "gtid {} at ht {}",
+                v["gtid"].as_str().unwrap_or("-"),
+                v["commit_ht"].as_str().unwrap_or("-")
+            ),
+            _ => v["reason"].as_str().unwrap_or("-").to_string(),
+        };
+        println!("  trx_status     {trx:<26} {state:<9} {detail}");
+    }
     shipper.stop(Duration::from_secs(20))?;
     applier.stop(Duration::from_secs(20))?;
     println!("  applier and shipper stopped cleanly (SIGTERM)");

@@ -289,6 +289,11 @@ pub struct Summary {
     pub txn_per_s: f64,
     pub mb_per_s: f64,
     pub last_gtid: Option<Gtid>,
+    /// The last committed transaction: its trx id and gtid.
+    pub last_commit: Option<(TrxId, Gtid)>,
+    /// Trx ids whose last attempt aborted (their session did not commit a retry), so
+    /// `trx_status` reports them `ABORTED`.
+    pub final_aborts: Vec<TrxId>,
     pub tablet_ends: Vec<TabletEnd>,
     /// bank: the sum of all balances (always `accounts × 1000`).
     pub bank_total: Option<u64>,
@@ -356,6 +361,9 @@ struct Gen {
     last_record: Vec<Instant>,
     start_pos: Vec<WalPos>,
     sessions: Vec<Session>,
+    /// Per session: the trx id of its last attempt if that attempt aborted.
+    last_abort: Vec<Option<TrxId>>,
+    last_commit: Option<(TrxId, Gtid)>,
     state: State,
     committed: u64,
     aborted: u64,
@@ -447,6 +455,8 @@ pub fn run(
         txn_per_s: g.committed as f64 / elapsed,
         mb_per_s: bytes as f64 / elapsed / 1e6,
         last_gtid: g.gtids.last(),
+        last_commit: g.last_commit,
+        final_aborts: g.last_abort.iter().flatten().copied().collect(),
         tablet_ends: g
             .writers
             .iter()
@@ -523,6 +533,8 @@ impl Gen {
             start_pos: writers.iter().map(|w| w.written_pos()).collect(),
             tablets,
             writers,
+            last_abort: vec![None; sessions.len()],
+            last_commit: None,
             sessions,
             state,
             committed: 0,
@@ -881,6 +893,8 @@ impl Gen {
                 let (t, ops) = p.parts.into_iter().next().context("empty transaction")?;
                 let trx_id = self.sessions[p.session].commit();
                 let gtid = self.gtids.next();
+                self.last_abort[p.session] = None;
+                self.last_commit = Some((trx_id, gtid));
                 let ht = self.append(
                     t,
                     Body::Write {
@@ -938,6 +952,7 @@ impl Gen {
             touched[status] = true;
             if abort {
                 let trx_id = self.sessions[s].abort();
+                self.last_abort[s] = Some(trx_id);
                 self.append(
                     status,
                     Body::Abort {
@@ -950,6 +965,8 @@ impl Gen {
             }
             let trx_id = self.sessions[s].commit();
             let gtid = self.gtids.next();
+            self.last_abort[s] = None;
+            self.last_commit = Some((trx_id, gtid));
             let participants = participants
                 .iter()
                 .map(|&t| self.tablets[t].clone())

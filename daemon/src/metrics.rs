@@ -9,10 +9,12 @@
 
 use std::fmt::{Display, Write as _};
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result};
 use axum::Router;
 use tidelog_applier::latency::{HistogramSnapshot, BUCKETS_SECONDS};
+use tidelog_applier::trx::TrxState;
 use tidelog_shipper::Shipper;
 use tidelog_wal::HybridTime;
 
@@ -350,10 +352,23 @@ pub fn applier(s: &ApplierState) -> String {
         &latency,
     );
 
-    // ---- trx_status (issue: binlog and trx_status) ----------------------------------
-    // tidelog_applier_trx_status_lookups_total{state="committed|aborted|unknown|…"}:
-    // counter of `GET /v1/trx/{trx_id}` answers by state. Added with the trx_status route;
-    // render it here with `m.family(…, Kind::Counter, …)` and one sample per state.
+    // ---- trx_status (binlog and trx_status): the route counts its answers ------------
+    m.family(
+        "tidelog_applier_trx_status_lookups_total",
+        Kind::Counter,
+        "trx_status answers given, by state.",
+    );
+    for (i, st) in TrxState::ALL.iter().enumerate() {
+        let n = s
+            .trx_lookups
+            .get(i)
+            .map_or(0, |c| c.load(Ordering::Relaxed));
+        m.sample(
+            "tidelog_applier_trx_status_lookups_total",
+            &[("state", st.name())],
+            n,
+        );
+    }
     // ----------------------------------------------------------------------------------
     m.finish()
 }

@@ -179,6 +179,8 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         "tidelog_applier_apply_batch_duration_seconds_bucket{le=\"+Inf\"}",
         "tidelog_applier_apply_batch_duration_seconds_sum ",
         "tidelog_applier_apply_batch_duration_seconds_count ",
+        "# TYPE tidelog_applier_trx_status_lookups_total counter",
+        "tidelog_applier_trx_status_lookups_total{state=\"COMMITTED\"} 0",
     ] {
         assert!(a1.contains(name), "applier metrics lack {name:?}:\n{a1}");
     }

@@ -1,0 +1,665 @@
+//! The binlog and its indexes (DESIGN §6): every commit in `commit_ht` order, with point
+//! look-ups by trx_id and by gtid. Layouts are drawn in `applier/STORE.md`.
+//!
+//! ```text
+//!  binlog    BE commit_ht ‖ carrier tablet          → entry {trx_id?, gtid?, txn?, tablets}
+//!  trx       BE connect_id ‖ BE counter             → commit {commit_ht, carrier, gtid?, txn?}
+//!  trx_open  BE connect_id ‖ BE counter ‖ BE !ht ‖ carrier
+//!                                                   → pending | aborted {txn}
+//!  gtid      BE domain ‖ BE seq                     → {server, commit_ht, carrier, trx_id?}
+//! ```
+//!
+//! Entries are written by [`crate::store::Store::apply`] in the same atomic batch as the
+//! records that carry them, so the binlog can neither lose nor repeat a commit across a
+//! crash. An entry is **visible** once the published safe time is ≥ its `commit_ht`; readers
+//! cap at safe time, so "appended as safe time passes it" needs no second write. A trx id
+//! commits at most once (the counter moves on commit), so `trx` is a point look-up; aborts
+//! and in-flight transactions (a retry after an abort reuses the id) live in the small
+//! `trx_open` keyspace, newest first per trx id. Retention removes entries whose `commit_ht`
+//! is older than `binlog-retention` together with their index entries, and raises the
+//! horizon kept in `meta`.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+use fjall::{Keyspace, OwnedWriteBatch};
+use tidelog_wal::{Gtid, HybridTime, TabletId, TrxId, TxnId};
+
+use crate::consistency::Consistency;
+use crate::error::{Error, Result};
+use crate::store::{put_tablet, Cur, Store};
+
+/// Keyspace names.
+pub const BINLOG: &str = "binlog";
+pub const TRX: &str = "trx";
+pub const TRX_OPEN: &str = "trx_open";
+pub const GTID: &str = "gtid";
+
+const VERSION: u8 = 1;
+const F_TRX: u8 = 1;
+const F_GTID: u8 = 2;
+const F_TXN: u8 = 4;
+
+/// One commit in the binlog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinlogEntry {
+    pub commit_ht: HybridTime,
+    /// The tablet whose log carried the commit (`write` or `commit` record).
+    pub tablet: TabletId,
+    pub trx_id: Option<TrxId>,
+    pub gtid: Option<Gtid>,
+    /// The distributed transaction, for a `commit`; `None` for a single-tablet `write`.
+    pub txn: Option<TxnId>,
+    /// The tablets the commit wrote: the participants, or the carrier for a `write`.
+    pub tablets: Vec<TabletId>,
+}
+
+/// What the `trx` index says about a committed trx id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrxCommit {
+    pub commit_ht: HybridTime,
+    pub tablet: TabletId,
+    pub gtid: Option<Gtid>,
+    pub txn: Option<TxnId>,
+}
+
+/// An undecided or aborted transaction of a trx id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenKind {
+    /// Intents received, no decision yet.
+    Pending,
+    /// An `abort` was received.
+    Aborted,
+}
+
+/// The newest `trx_open` entry of a trx id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrxOpen {
+    pub ht: HybridTime,
+    pub kind: OpenKind,
+    pub txn: TxnId,
+    pub tablet: TabletId,
+}
+
+/// What the `gtid` index says about one gtid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GtidEntry {
+    pub gtid: Gtid,
+    pub commit_ht: HybridTime,
+    pub tablet: TabletId,
+    pub trx_id: Option<TrxId>,
+}
+
+/// The binlog keyspaces of one store ([`crate::store::Store::binlog`]).
+#[derive(Clone)]
+pub struct Binlog {
+    pub(crate) binlog: Keyspace,
+    pub(crate) trx: Keyspace,
+    pub(crate) trx_open: Keyspace,
+    pub(crate) gtid: Keyspace,
+}
+
+impl std::fmt::Debug for Binlog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Binlog").finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn binlog_key(commit_ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + tablet.as_str().len());
+    k.extend_from_slice(&commit_ht.0.to_be_bytes());
+    k.extend_from_slice(tablet.as_str().as_bytes());
+    k
+}
+
+pub(crate) fn trx_key(t: TrxId) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    k[..8].copy_from_slice(&t.connect_id.to_be_bytes());
+    k[8..].copy_from_slice(&t.commit_counter.to_be_bytes());
+    k
+}
+
+fn open_key(t: TrxId, ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(24 + tablet.as_str().len());
+    k.extend_from_slice(&trx_key(t));
+    k.extend_from_slice(&(!ht.0).to_be_bytes());
+    k.extend_from_slice(tablet.as_str().as_bytes());
+    k
+}
+
+pub(crate) fn gtid_key(domain: u32, seq: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&domain.to_be_bytes());
+    k[4..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn put_trx(out: &mut Vec<u8>, t: TrxId) {
+    out.extend_from_slice(&t.connect_id.to_le_bytes());
+    out.extend_from_slice(&t.commit_counter.to_le_bytes());
+}
+
+fn put_gtid(out: &mut Vec<u8>, g: Gtid) {
+    out.extend_from_slice(&g.domain.to_le_bytes());
+    out.extend_from_slice(&g.server.to_le_bytes());
+    out.extend_from_slice(&g.seq.to_le_bytes());
+}
+
+fn get_trx(c: &mut Cur<'_>) -> Result<TrxId, String> {
+    Ok(TrxId::new(
+        c.u64("trx_id.connect_id")?,
+        c.u64("trx_id.commit_counter")?,
+    ))
+}
+
+fn get_gtid(c: &mut Cur<'_>) -> Result<Gtid, String> {
+    Ok(Gtid::new(
+        c.u32("gtid.domain")?,
+        c.u32("gtid.server")?,
+        c.u64("gtid.seq")?,
+    ))
+}
+
+fn get_txn(c: &mut Cur<'_>) -> Result<TxnId, String> {
+    let b = c.take(16, "txn")?;
+    let mut id = [0u8; 16];
+    id.copy_from_slice(b);
+    Ok(TxnId(id))
+}
+
+fn flags_of(trx: bool, gtid: bool, txn: bool) -> u8 {
+    (if trx { F_TRX } else { 0 }) | (if gtid { F_GTID } else { 0 }) | (if txn { F_TXN } else { 0 })
+}
+
+fn header(c: &mut Cur<'_>, allowed: u8) -> Result<u8, String> {
+    let v = c.u8("version")?;
+    if v != VERSION {
+        return Err(format!("unknown format version {v}"));
+    }
+    let f = c.u8("flags")?;
+    if f & !allowed != 0 {
+        return Err(format!("unknown flags {f:#04x}"));
+    }
+    Ok(f)
+}
+
+pub(crate) fn encode_entry(e: &BinlogEntry) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.push(VERSION);
+    out.push(flags_of(
+        e.trx_id.is_some(),
+        e.gtid.is_some(),
+        e.txn.is_some(),
+    ));
+    if let Some(t) = e.trx_id {
+        put_trx(&mut out, t);
+    }
+    if let Some(g) = e.gtid {
+        put_gtid(&mut out, g);
+    }
+    if let Some(x) = e.txn {
+        out.extend_from_slice(&x.0);
+    }
+    let n = u16::try_from(e.tablets.len())
+        .map_err(|_| Error::Invalid(format!("{} tablets in one commit", e.tablets.len())))?;
+    out.extend_from_slice(&n.to_le_bytes());
+    for t in &e.tablets {
+        put_tablet(&mut out, t);
+    }
+    Ok(out)
+}
+
+fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
+    let (ht, tablet) = key
+        .split_first_chunk::<8>()
+        .ok_or_else(|| format!("key of {} bytes, expected at least 9", key.len()))?;
+    let tablet = std::str::from_utf8(tablet)
+        .ok()
+        .and_then(|s| s.parse::<TabletId>().ok())
+        .ok_or("key does not end in a valid tablet id")?;
+    let mut c = Cur::new(v);
+    let f = header(&mut c, F_TRX | F_GTID | F_TXN)?;
+    let trx_id = (f & F_TRX != 0).then(|| get_trx(&mut c)).transpose()?;
+    let gtid = (f & F_GTID != 0).then(|| get_gtid(&mut c)).transpose()?;
+    let txn = (f & F_TXN != 0).then(|| get_txn(&mut c)).transpose()?;
+    let n = c.u16("tablet count")?;
+    let tablets = (0..n)
+        .map(|_| c.tablet("tablet"))
+        .collect::<Result<Vec<_>, _>>()?;
+    c.end()?;
+    Ok(BinlogEntry {
+        commit_ht: HybridTime(u64::from_be_bytes(*ht)),
+        tablet,
+        trx_id,
+        gtid,
+        txn,
+        tablets,
+    })
+}
+
+fn encode_commit(e: &BinlogEntry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(VERSION);
+    out.push(flags_of(false, e.gtid.is_some(), e.txn.is_some()));
+    out.extend_from_slice(&e.commit_ht.0.to_le_bytes());
+    put_tablet(&mut out, &e.tablet);
+    if let Some(g) = e.gtid {
+        put_gtid(&mut out, g);
+    }
+    if let Some(x) = e.txn {
+        out.extend_from_slice(&x.0);
+    }
+    out
+}
+
+fn decode_commit(v: &[u8]) -> Result<TrxCommit, String> {
+    let mut c = Cur::new(v);
+    let f = header(&mut c, F_GTID | F_TXN)?;
+    let commit_ht = HybridTime(c.u64("commit_ht")?);
+    let tablet = c.tablet("carrier tablet")?;
+    let gtid = (f & F_GTID != 0).then(|| get_gtid(&mut c)).transpose()?;
+    let txn = (f & F_TXN != 0).then(|| get_txn(&mut c)).transpose()?;
+    c.end()?;
+    Ok(TrxCommit {
+        commit_ht,
+        tablet,
+        gtid,
+        txn,
+    })
+}
+
+fn encode_gtid(e: &BinlogEntry, g: Gtid) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48);
+    out.push(VERSION);
+    out.push(flags_of(e.trx_id.is_some(), false, false));
+    out.extend_from_slice(&g.server.to_le_bytes());
+    out.extend_from_slice(&e.commit_ht.0.to_le_bytes());
+    put_tablet(&mut out, &e.tablet);
+    if let Some(t) = e.trx_id {
+        put_trx(&mut out, t);
+    }
+    out
+}
+
+fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
+    let k: [u8; 12] = key
+        .try_into()
+        .map_err(|_| format!("key of {} bytes, expected 12", key.len()))?;
+    let (d, s) = k.split_at(4);
+    let domain = u32::from_be_bytes(d.try_into().map_err(|_| "domain")?);
+    let seq = u64::from_be_bytes(s.try_into().map_err(|_| "seq")?);
+    let mut c = Cur::new(v);
+    let f = header(&mut c, F_TRX)?;
+    let server = c.u32("server")?;
+    let commit_ht = HybridTime(c.u64("commit_ht")?);
+    let tablet = c.tablet("carrier tablet")?;
+    let trx_id = (f & F_TRX != 0).then(|| get_trx(&mut c)).transpose()?;
+    c.end()?;
+    Ok(GtidEntry {
+        gtid: Gtid::new(domain, server, seq),
+        commit_ht,
+        tablet,
+        trx_id,
+    })
+}
+
+const OPEN_PENDING: u8 = 1;
+const OPEN_ABORTED: u8 = 2;
+
+fn encode_open(kind: OpenKind, txn: &TxnId) -> Vec<u8> {
+    let mut out = Vec::with_capacity(18);
+    out.push(VERSION);
+    out.push(match kind {
+        OpenKind::Pending => OPEN_PENDING,
+        OpenKind::Aborted => OPEN_ABORTED,
+    });
+    out.extend_from_slice(&txn.0);
+    out
+}
+
+fn decode_open(key: &[u8], v: &[u8]) -> Result<TrxOpen, String> {
+    let rest = key
+        .get(16..)
+        .ok_or_else(|| format!("key of {} bytes, expected at least 25", key.len()))?;
+    let (ht, tablet) = rest
+        .split_first_chunk::<8>()
+        .ok_or_else(|| format!("key of {} bytes, expected at least 25", key.len()))?;
+    let tablet = std::str::from_utf8(tablet)
+        .ok()
+        .and_then(|s| s.parse::<TabletId>().ok())
+        .ok_or("key does not end in a valid tablet id")?;
+    let mut c = Cur::new(v);
+    let ver = c.u8("version")?;
+    if ver != VERSION {
+        return Err(format!("unknown format version {ver}"));
+    }
+    let kind = match c.u8("kind")? {
+        OPEN_PENDING => OpenKind::Pending,
+        OPEN_ABORTED => OpenKind::Aborted,
+        k => return Err(format!("unknown kind {k}")),
+    };
+    let txn = get_txn(&mut c)?;
+    c.end()?;
+    Ok(TrxOpen {
+        ht: HybridTime(!u64::from_be_bytes(*ht)),
+        kind,
+        txn,
+        tablet,
+    })
+}
+
+impl Binlog {
+    // ---- writes, into the caller's apply batch -----------------------------------------
+
+    /// Appends a commit: the binlog entry and its trx and gtid index entries.
+    pub(crate) fn add_commit(&self, b: &mut OwnedWriteBatch, e: &BinlogEntry) -> Result<()> {
+        b.insert(
+            &self.binlog,
+            binlog_key(e.commit_ht, &e.tablet),
+            encode_entry(e)?,
+        );
+        if let Some(t) = e.trx_id {
+            b.insert(&self.trx, trx_key(t).to_vec(), encode_commit(e));
+        }
+        if let Some(g) = e.gtid {
+            b.insert(
+                &self.gtid,
+                gtid_key(g.domain, g.seq).to_vec(),
+                encode_gtid(e, g),
+            );
+        }
+        Ok(())
+    }
+
+    /// Records an undecided (`Pending`) or aborted transaction of trx id `t`.
+    pub(crate) fn add_open(
+        &self,
+        b: &mut OwnedWriteBatch,
+        t: TrxId,
+        ht: HybridTime,
+        tablet: &TabletId,
+        kind: OpenKind,
+        txn: &TxnId,
+    ) {
+        b.insert(
+            &self.trx_open,
+            open_key(t, ht, tablet),
+            encode_open(kind, txn),
+        );
+    }
+
+    /// Removes a `trx_open` entry added by [`Binlog::add_open`].
+    pub(crate) fn remove_open(
+        &self,
+        b: &mut OwnedWriteBatch,
+        t: TrxId,
+        ht: HybridTime,
+        tablet: &TabletId,
+    ) {
+        b.remove(&self.trx_open, open_key(t, ht, tablet));
+    }
+
+    // ---- point look-ups ----------------------------------------------------------------
+
+    /// The commit of trx id `t`, if the binlog holds one (visible or not).
+    pub fn trx_commit(&self, t: TrxId) -> Result<Option<TrxCommit>> {
+        match self.trx.get(trx_key(t)).map_err(Error::store("read trx"))? {
+            None => Ok(None),
+            Some(v) => decode_commit(&v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(TRX, format!("trx {t}"), r)),
+        }
+    }
+
+    /// The newest undecided or aborted transaction of trx id `t`.
+    pub fn trx_open(&self, t: TrxId) -> Result<Option<TrxOpen>> {
+        let Some(g) = self.trx_open.prefix(trx_key(t)).next() else {
+            return Ok(None);
+        };
+        let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
+        decode_open(&k, &v)
+            .map(Some)
+            .map_err(|r| Error::corrupt(TRX_OPEN, format!("trx {t}"), r))
+    }
+
+    /// The commit with `domain`-`seq` (any server), if the binlog holds it.
+    pub fn gtid(&self, domain: u32, seq: u64) -> Result<Option<GtidEntry>> {
+        match self
+            .gtid
+            .get(gtid_key(domain, seq))
+            .map_err(Error::store("read gtid"))?
+        {
+            None => Ok(None),
+            Some(v) => decode_gtid(&gtid_key(domain, seq), &v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(GTID, format!("gtid {domain}-?-{seq}"), r)),
+        }
+    }
+
+    /// The oldest retained commit of `domain` (`None`: the binlog holds none of it).
+    pub fn first_in_domain(&self, domain: u32) -> Result<Option<GtidEntry>> {
+        let Some(g) = self.gtid.prefix(domain.to_be_bytes()).next() else {
+            return Ok(None);
+        };
+        let (k, v) = g.into_inner().map_err(Error::store("read gtid"))?;
+        decode_gtid(&k, &v)
+            .map(Some)
+            .map_err(|r| Error::corrupt(GTID, format!("key {}", k.escape_ascii()), r))
+    }
+
+    /// Whether the binlog holds any commit with a gtid.
+    pub fn has_gtids(&self) -> Result<bool> {
+        Ok(!self.gtid.is_empty().map_err(Error::store("read gtid"))?)
+    }
+
+    /// Up to `limit` entries in commit order starting at `from` (`commit_ht`, carrier
+    /// tablet; the oldest for `None`) with `commit_ht ≤ upto`, and whether more follow.
+    pub fn read(
+        &self,
+        from: Option<(HybridTime, &TabletId)>,
+        upto: HybridTime,
+        limit: usize,
+    ) -> Result<(Vec<BinlogEntry>, bool)> {
+        let start = match from {
+            Some((ht, t)) => binlog_key(ht, t),
+            None => Vec::new(),
+        };
+        let mut out = Vec::new();
+        for g in self.binlog.range(start..) {
+            let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
+            let e = decode_entry(&k, &v)
+                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            if e.commit_ht > upto {
+                return Ok((out, false));
+            }
+            if out.len() >= limit {
+                return Ok((out, true));
+            }
+            out.push(e);
+        }
+        Ok((out, false))
+    }
+
+    /// Removes, into `b`, up to `max` entries with `commit_ht < before` and their index
+    /// entries, and aborted `trx_open` entries older than `before` once the binlog part is
+    /// done. Returns how many binlog entries it removed and whether it reached `before`.
+    pub(crate) fn expire(
+        &self,
+        b: &mut OwnedWriteBatch,
+        before: HybridTime,
+        max: usize,
+    ) -> Result<(usize, bool)> {
+        let mut n = 0;
+        for g in self.binlog.range(..before.0.to_be_bytes().to_vec()) {
+            if n >= max {
+                return Ok((n, false));
+            }
+            let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
+            let e = decode_entry(&k, &v)
+                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            b.remove(&self.binlog, k.to_vec());
+            if let Some(t) = e.trx_id {
+                b.remove(&self.trx, trx_key(t).to_vec());
+            }
+            if let Some(g) = e.gtid {
+                b.remove(&self.gtid, gtid_key(g.domain, g.seq).to_vec());
+            }
+            n += 1;
+        }
+        for g in self.trx_open.iter() {
+            let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
+            let o = decode_open(&k, &v)
+                .map_err(|r| Error::corrupt(TRX_OPEN, format!("key {}", k.escape_ascii()), r))?;
+            if o.kind == OpenKind::Aborted && o.ht < before {
+                b.remove(&self.trx_open, k.to_vec());
+            }
+        }
+        Ok((n, true))
+    }
+}
+
+/// Binlog retention (`binlog-retention`): a thread that removes entries whose `commit_ht`
+/// is older than the retention (and below safe time), in batches, every tenth of the
+/// retention (between 100 ms and 1 min). Stops when dropped.
+#[derive(Debug)]
+pub struct Retention {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// Entries removed per store batch by retention.
+const EXPIRE_BATCH: usize = 10_000;
+
+impl Retention {
+    pub fn start(
+        store: Arc<Store>,
+        consistency: Arc<Consistency>,
+        retention: Duration,
+    ) -> Result<Retention> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop2 = stop.clone();
+        let every = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
+        let handle = std::thread::Builder::new()
+            .name("binlog-retention".into())
+            .spawn(move || loop {
+                if let Some(safe) = consistency.safe_time() {
+                    let now = HybridTime::from_system_time(SystemTime::now() - retention);
+                    let before = now.min(safe.next());
+                    loop {
+                        match store.expire_binlog(before, EXPIRE_BATCH) {
+                            Ok((n, done)) => {
+                                if n > 0 {
+                                    tracing::debug!(removed = n, %before, "binlog retention");
+                                }
+                                if done {
+                                    break;
+                                }
+                            }
+                            Err(e) => {
+                                tracing::error!("binlog retention: {e}");
+                                break;
+                            }
+                        }
+                    }
+                }
+                let (m, cv) = &*stop2;
+                let g = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (g, _) = cv
+                    .wait_timeout_while(g, every, |stopped| !*stopped)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *g {
+                    return;
+                }
+            })
+            .map_err(|source| Error::Io {
+                op: "spawn the binlog retention thread",
+                path: Default::default(),
+                source,
+            })?;
+        Ok(Retention {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Retention {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.stop;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn t(s: &str) -> TabletId {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn encodings_roundtrip_and_corruption_is_named() {
+        let e = BinlogEntry {
+            commit_ht: HybridTime(0x0102_0304_0506_0708),
+            tablet: t("status-1"),
+            trx_id: Some(TrxId::new(u64::MAX, 7)),
+            gtid: Some(Gtid::new(3, 9, 1 << 40)),
+            txn: Some(TxnId::from_u128(42)),
+            tablets: vec![t("a"), t("b")],
+        };
+        let k = binlog_key(e.commit_ht, &e.tablet);
+        let v = encode_entry(&e).unwrap();
+        assert_eq!(decode_entry(&k, &v).unwrap(), e);
+        let c = decode_commit(&encode_commit(&e)).unwrap();
+        assert_eq!(
+            (c.commit_ht, c.tablet, c.gtid, c.txn),
+            (e.commit_ht, e.tablet.clone(), e.gtid, e.txn)
+        );
+        let g = e.gtid.unwrap();
+        let ge = decode_gtid(&gtid_key(g.domain, g.seq), &encode_gtid(&e, g)).unwrap();
+        assert_eq!(
+            (ge.gtid, ge.commit_ht, ge.trx_id),
+            (g, e.commit_ht, e.trx_id)
+        );
+        let ok = open_key(TrxId::new(1, 2), HybridTime(99), &t("x"));
+        let o = decode_open(&ok, &encode_open(OpenKind::Aborted, &TxnId::from_u128(5))).unwrap();
+        assert_eq!(
+            o,
+            TrxOpen {
+                ht: HybridTime(99),
+                kind: OpenKind::Aborted,
+                txn: TxnId::from_u128(5),
+                tablet: t("x")
+            }
+        );
+        // Every truncation and a trailing byte are named errors, never panics.
+        for cut in 0..v.len() {
+            assert!(decode_entry(&k, &v[..cut]).is_err(), "cut {cut}");
+        }
+        let mut long = v.clone();
+        long.push(0);
+        assert!(decode_entry(&k, &long).unwrap_err().contains("trailing"));
+        assert!(decode_entry(&k[..8], &v).is_err());
+        let mut bad = v.clone();
+        bad[1] = 0x80;
+        assert!(decode_entry(&k, &bad).unwrap_err().contains("flags"));
+        assert!(decode_open(&ok, &[1, 9]).unwrap_err().contains("kind"));
+    }
+
+    #[test]
+    fn keys_sort_by_commit_ht_and_newest_open_first() {
+        let a = binlog_key(HybridTime(5), &t("z"));
+        let b = binlog_key(HybridTime(6), &t("a"));
+        assert!(a < b);
+        let x = TrxId::new(1, 1);
+        assert!(open_key(x, HybridTime(10), &t("a")) < open_key(x, HybridTime(9), &t("a")));
+        assert!(gtid_key(1, u64::MAX) < gtid_key(2, 0));
+    }
+}

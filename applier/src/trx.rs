@@ -1,0 +1,348 @@
+//! `trx_status(trx_id, gtid_hint?, wait?)` (DESIGN §6): did a commit land on the target?
+//!
+//! ```text
+//!  parse trx_id ──malformed──► UNKNOWN (reason)
+//!      │
+//!  gtid hint? ──malformed / foreign domain──► UNKNOWN (reason)
+//!      │ visible at safe time (or older than the oldest retained)  → caught_up
+//!      │ not yet: wait for safe time to pass it, up to `wait`       → else caught_up = false
+//!      ▼
+//!  trx index (point read) ── commit ≤ safe time ──► COMMITTED {gtid, commit_ht}
+//!      │                  └─ commit > safe time ──► IN_PROGRESS (waits for parts / safe time)
+//!  trx_open (newest first) ── aborted ──► ABORTED (aborted at source)
+//!      │                   └─ pending ──► IN_PROGRESS (waits for the decision)
+//!      ▼
+//!  nothing ──► UNKNOWN (never seen, or older than retention)
+//! ```
+//!
+//! A target that is behind the client (`caught_up: false`) never answers a definitive
+//! `UNKNOWN` or `ABORTED` (a retry of an aborted id may have committed after it): it says
+//! `IN_PROGRESS`, waiting for the hint. After a cutover every answer is final: commits above
+//! the cut and undecided transactions are `ABORTED` (discarded by cutover).
+
+use std::time::{Duration, Instant, SystemTime};
+
+use tidelog_wal::{Gtid, HybridTime, TabletId, TrxId, TxnId};
+
+use crate::binlog::OpenKind;
+use crate::consistency::Consistency;
+use crate::error::Result;
+use crate::store::Store;
+
+/// The four answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TrxState {
+    Committed,
+    Aborted,
+    InProgress,
+    Unknown,
+}
+
+impl TrxState {
+    pub const ALL: [TrxState; 4] = [
+        TrxState::Committed,
+        TrxState::Aborted,
+        TrxState::InProgress,
+        TrxState::Unknown,
+    ];
+
+    /// The API's name: `COMMITTED`, `ABORTED`, `IN_PROGRESS`, `UNKNOWN`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrxState::Committed => "COMMITTED",
+            TrxState::Aborted => "ABORTED",
+            TrxState::InProgress => "IN_PROGRESS",
+            TrxState::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+/// One answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrxStatus {
+    /// The id as asked.
+    pub trx_id: String,
+    pub state: TrxState,
+    /// Why (for every state but `COMMITTED`).
+    pub reason: Option<String>,
+    pub gtid: Option<Gtid>,
+    pub commit_ht: Option<HybridTime>,
+    pub connect_id: Option<u64>,
+    /// The distributed transaction, when one is involved.
+    pub txn: Option<TxnId>,
+    /// For `IN_PROGRESS`: what the answer waits for.
+    pub waits_for: Option<String>,
+    /// The tablets the commit wrote, when known.
+    pub tablets: Vec<TabletId>,
+    /// The published safe time the answer was given at.
+    pub safe_time: Option<HybridTime>,
+    /// Whether the target has seen everything the client has: the hint is visible, or
+    /// (without a hint) safe time is initialized and within `max-staleness`; always true
+    /// on a promoted target, whose answers are final.
+    pub caught_up: bool,
+}
+
+/// What a look-up needs from the running applier.
+pub trait SafeTimeView {
+    /// The published global safe time (`None`: not initialized).
+    fn safe_time(&self) -> Option<HybridTime>;
+    /// Blocks until safe time ≥ `ht` or `deadline`; whether it got there.
+    fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool;
+    /// The tablet holding safe time back, and its safe time.
+    fn laggiest(&self) -> Option<(TabletId, HybridTime)> {
+        None
+    }
+    /// The cutover's cut, on a promoted target.
+    fn cut(&self) -> Option<HybridTime> {
+        None
+    }
+}
+
+impl SafeTimeView for Consistency {
+    fn safe_time(&self) -> Option<HybridTime> {
+        Consistency::safe_time(self)
+    }
+    fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
+        Consistency::wait_for(self, ht, deadline)
+    }
+    fn laggiest(&self) -> Option<(TabletId, HybridTime)> {
+        let r = self.report();
+        let t = r.laggiest?;
+        let s = r.tablets.get(&t).copied().unwrap_or_default();
+        Some((t, s))
+    }
+}
+
+/// A `trx_status` question.
+#[derive(Clone, Debug)]
+pub struct TrxQuery<'a> {
+    pub trx_id: &'a str,
+    pub gtid_hint: Option<&'a str>,
+    /// How long to wait for a hint that is not visible yet.
+    pub wait: Duration,
+    /// Without a hint, the target counts as caught up while `now − safe_time` is within this.
+    pub max_staleness: Duration,
+}
+
+/// The default `wait` (DESIGN §6).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+
+enum Hint {
+    Visible,
+    Behind(Gtid),
+    Foreign(Gtid),
+}
+
+fn fmt_ht(ht: HybridTime) -> String {
+    let t = ht.to_system_time();
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    format!("{ht} ({secs:.6} s since the epoch)")
+}
+
+fn fresh(safe: Option<HybridTime>, max_staleness: Duration) -> bool {
+    let Some(s) = safe else { return false };
+    let now = HybridTime::from_system_time(SystemTime::now()).physical_micros();
+    now.saturating_sub(s.physical_micros()) <= max_staleness.as_micros() as u64
+}
+
+/// Answers one `trx_status` question. Malformed input is an `UNKNOWN` answer with a
+/// reason, never an error; errors are store failures only.
+pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> Result<TrxStatus> {
+    let deadline = Instant::now() + q.wait;
+    let cut = view.cut();
+    let mut a = TrxStatus {
+        trx_id: q.trx_id.to_string(),
+        state: TrxState::Unknown,
+        reason: None,
+        gtid: None,
+        commit_ht: None,
+        connect_id: None,
+        txn: None,
+        waits_for: None,
+        tablets: Vec::new(),
+        safe_time: view.safe_time(),
+        caught_up: cut.is_some() || fresh(view.safe_time(), q.max_staleness),
+    };
+    let trx = match q.trx_id.parse::<TrxId>() {
+        Ok(t) => t,
+        Err(e) => {
+            a.reason = Some(format!("malformed trx_id: {e}"));
+            return Ok(a);
+        }
+    };
+    a.connect_id = Some(trx.connect_id);
+    if let Some(h) = q.gtid_hint {
+        let g = match h.parse::<Gtid>() {
+            Ok(g) => g,
+            Err(e) => {
+                a.reason = Some(format!("malformed gtid hint: {e}"));
+                return Ok(a);
+            }
+        };
+        if cut.is_none() {
+            match hint(store, view, g, deadline)? {
+                Hint::Visible => a.caught_up = true,
+                Hint::Foreign(g) => {
+                    a.reason = Some(format!(
+                        "gtid hint {g} is from domain {}, which this target does not replicate",
+                        g.domain
+                    ));
+                    return Ok(a);
+                }
+                Hint::Behind(g) => {
+                    a.caught_up = false;
+                    a.waits_for = Some(format!(
+                        "gtid {g} (the client's last commit) to become visible"
+                    ));
+                }
+            }
+        } else {
+            a.caught_up = true;
+        }
+        a.safe_time = view.safe_time();
+    }
+    let safe = a.safe_time;
+    let bl = store.binlog();
+    if let Some(c) = bl.trx_commit(trx)? {
+        a.commit_ht = Some(c.commit_ht);
+        a.gtid = c.gtid;
+        a.txn = c.txn;
+        if let Some(cut) = cut.filter(|cut| c.commit_ht > *cut) {
+            a.state = TrxState::Aborted;
+            a.reason = Some(format!(
+                "discarded by cutover: committed at {} above the cut {}",
+                c.commit_ht, cut
+            ));
+        } else if safe.is_some_and(|s| s >= c.commit_ht) {
+            a.state = TrxState::Committed;
+            a.reason = None;
+            a.waits_for = None;
+        } else {
+            a.state = TrxState::InProgress;
+            a.reason = Some("commit received, not yet visible at safe time".into());
+            a.waits_for = Some(commit_waits_for(store, view, c.txn, c.commit_ht, safe)?);
+        }
+        return Ok(a);
+    }
+    if let Some(o) = bl.trx_open(trx)? {
+        a.txn = Some(o.txn);
+        match (o.kind, cut) {
+            (OpenKind::Aborted, _) if a.caught_up => {
+                a.state = TrxState::Aborted;
+                a.reason = Some(format!(
+                    "aborted at source (abort of txn {} at {} in tablet {})",
+                    o.txn, o.ht, o.tablet
+                ));
+            }
+            (OpenKind::Aborted, _) => {
+                a.state = TrxState::InProgress;
+                a.reason = Some(format!(
+                    "aborted at source at {}, but the target is behind the client: a retry may have committed",
+                    o.ht
+                ));
+            }
+            (OpenKind::Pending, Some(cut)) => {
+                a.state = TrxState::Aborted;
+                a.reason = Some(format!(
+                    "discarded by cutover: txn {} had no decision at the cut {cut}",
+                    o.txn
+                ));
+            }
+            (OpenKind::Pending, None) => {
+                a.state = TrxState::InProgress;
+                a.reason = Some("intents received, no decision yet".into());
+                a.waits_for.get_or_insert_with(|| {
+                    format!(
+                        "the commit or abort of txn {} (intents since {} in tablet {})",
+                        o.txn, o.ht, o.tablet
+                    )
+                });
+            }
+        }
+        return Ok(a);
+    }
+    if !a.caught_up && q.gtid_hint.is_some() {
+        a.state = TrxState::InProgress;
+        a.reason = Some(format!(
+            "the target is behind the client: its gtid hint is not visible yet (safe time {})",
+            safe.map_or_else(|| "not initialized".to_string(), |s| s.to_string())
+        ));
+        return Ok(a);
+    }
+    a.state = TrxState::Unknown;
+    let horizon = store.binlog_horizon()?;
+    let mut why = match cut {
+        Some(cut) => format!("never seen by this target up to its cut {cut}"),
+        None => "never seen by this target".to_string(),
+    };
+    if horizon > HybridTime::MIN {
+        why = format!(
+            "{why}, or older than the binlog retention (entries committed before {} were removed)",
+            fmt_ht(horizon)
+        );
+    }
+    a.reason = Some(why);
+    Ok(a)
+}
+
+fn hint(store: &Store, view: &impl SafeTimeView, g: Gtid, deadline: Instant) -> Result<Hint> {
+    let bl = store.binlog();
+    loop {
+        let safe = view.safe_time();
+        if let Some(e) = bl.gtid(g.domain, g.seq)? {
+            if safe.is_some_and(|s| s >= e.commit_ht) || view.wait_for(e.commit_ht, deadline) {
+                return Ok(Hint::Visible);
+            }
+            return Ok(Hint::Behind(g));
+        }
+        match bl.first_in_domain(g.domain)? {
+            // Older than anything retained: the target is past it.
+            Some(first) if g.seq < first.gtid.seq => return Ok(Hint::Visible),
+            Some(_) => {}
+            None if bl.has_gtids()? => return Ok(Hint::Foreign(g)),
+            // An empty binlog: the target has just not received anything yet.
+            None => {}
+        }
+        let next = safe.map_or(HybridTime(1), HybridTime::next);
+        if Instant::now() >= deadline || !view.wait_for(next, deadline) {
+            return Ok(Hint::Behind(g));
+        }
+    }
+}
+
+fn commit_waits_for(
+    store: &Store,
+    view: &impl SafeTimeView,
+    txn: Option<TxnId>,
+    commit_ht: HybridTime,
+    safe: Option<HybridTime>,
+) -> Result<String> {
+    if let Some(txn) = txn {
+        if let Some(st) = store.txn_state(&txn)? {
+            if let Some(c) = &st.commit {
+                let missing: Vec<&str> = c
+                    .participants
+                    .iter()
+                    .filter(|p| !st.applied_parts.contains(*p))
+                    .map(TabletId::as_str)
+                    .collect();
+                if !missing.is_empty() {
+                    return Ok(format!(
+                        "the intents of txn {txn} on tablets {} to be applied (each tablet's safe time must reach {commit_ht})",
+                        missing.join(",")
+                    ));
+                }
+            }
+        }
+    }
+    let safe = safe.map_or_else(|| "not initialized".to_string(), |s| s.to_string());
+    Ok(match view.laggiest() {
+        Some((t, s)) => format!(
+            "safe time ({safe}) to reach commit_ht {commit_ht}; laggiest tablet {t} is at {s}"
+        ),
+        None => format!("safe time ({safe}) to reach commit_ht {commit_ht}"),
+    })
+}
