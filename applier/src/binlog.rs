@@ -437,6 +437,23 @@ impl Binlog {
         }
     }
 
+    /// The highest commit counter below `below` of connection `connect_id` the target holds
+    /// (committed, undecided or aborted).
+    pub fn counter_before(&self, connect_id: u64, below: u64) -> Result<Option<u64>> {
+        let lo = trx_key(TrxId::new(connect_id, 0)).to_vec();
+        let hi = trx_key(TrxId::new(connect_id, below)).to_vec();
+        let mut best = None;
+        for ks in [&self.trx, &self.trx_open] {
+            if let Some(g) = ks.range(lo.clone()..hi.clone()).next_back() {
+                let k = g.key().map_err(Error::store("read trx"))?;
+                if let Some(c) = k.get(8..16).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                    best = best.max(Some(u64::from_be_bytes(c)));
+                }
+            }
+        }
+        Ok(best)
+    }
+
     /// The oldest retained commit of `domain` (`None`: the binlog holds none of it).
     pub fn first_in_domain(&self, domain: u32) -> Result<Option<GtidEntry>> {
         let Some(g) = self.gtid.prefix(domain.to_be_bytes()).next() else {
@@ -479,6 +496,99 @@ impl Binlog {
             out.push(e);
         }
         Ok((out, false))
+    }
+
+    /// The newest `commit_ht` the binlog holds (visible or not).
+    pub fn last_commit_ht(&self) -> Result<Option<HybridTime>> {
+        let Some(g) = self.binlog.last_key_value() else {
+            return Ok(None);
+        };
+        let k = g.key().map_err(Error::store("read binlog"))?;
+        let ht = k.first_chunk::<8>().ok_or_else(|| {
+            Error::corrupt(
+                BINLOG,
+                format!("key {}", k.escape_ascii()),
+                "shorter than 8 bytes",
+            )
+        })?;
+        Ok(Some(HybridTime(u64::from_be_bytes(*ht))))
+    }
+
+    /// Every gtid domain the binlog holds, by one seek per domain.
+    pub fn domains(&self) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut from = [0u8; 4];
+        loop {
+            let Some(g) = self.gtid.range(from.to_vec()..).next() else {
+                return Ok(out);
+            };
+            let k = g.key().map_err(Error::store("read gtid"))?;
+            let d = k
+                .first_chunk::<4>()
+                .map(|d| u32::from_be_bytes(*d))
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        GTID,
+                        format!("key {}", k.escape_ascii()),
+                        "shorter than 4 bytes",
+                    )
+                })?;
+            out.push(d);
+            match d.checked_add(1) {
+                Some(n) => from = n.to_be_bytes(),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// The first gtid entry of `domain` with seq ≥ `seq`.
+    fn gtid_at_or_after(&self, domain: u32, seq: u64) -> Result<Option<GtidEntry>> {
+        let Some(g) = self
+            .gtid
+            .range(gtid_key(domain, seq).to_vec()..=gtid_key(domain, u64::MAX).to_vec())
+            .next()
+        else {
+            return Ok(None);
+        };
+        let (k, v) = g.into_inner().map_err(Error::store("read gtid"))?;
+        decode_gtid(&k, &v)
+            .map(Some)
+            .map_err(|r| Error::corrupt(GTID, format!("key {}", k.escape_ascii()), r))
+    }
+
+    /// Commits above `cut` by gtid sequence: per domain, the newest seq received minus the
+    /// newest seq with `commit_ht ≤ cut` (found by binary search, O(log n) seeks). Gtid
+    /// sequence numbers grow by one per commit in commit order (DESIGN §2), so this counts
+    /// commits the target never received too, as long as a later one arrived.
+    pub fn commits_above(&self, cut: HybridTime) -> Result<u64> {
+        let mut lost = 0u64;
+        for d in self.domains()? {
+            let Some(first) = self.gtid_at_or_after(d, 0)? else {
+                continue;
+            };
+            let Some(g) = self.gtid.prefix(d.to_be_bytes()).next_back() else {
+                continue;
+            };
+            let (k, v) = g.into_inner().map_err(Error::store("read gtid"))?;
+            let last = decode_gtid(&k, &v)
+                .map_err(|r| Error::corrupt(GTID, format!("key {}", k.escape_ascii()), r))?;
+            let below = if first.commit_ht > cut {
+                first.gtid.seq.saturating_sub(1)
+            } else {
+                // Largest s with f(s) ≤ cut, f(s) = commit_ht of the first entry ≥ s.
+                let (mut lo, mut hi) = (first.gtid.seq, last.gtid.seq);
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    match self.gtid_at_or_after(d, mid)? {
+                        Some(e) if e.commit_ht <= cut => lo = mid,
+                        _ => hi = mid - 1,
+                    }
+                }
+                lo
+            };
+            lost += last.gtid.seq.saturating_sub(below);
+        }
+        Ok(lost)
     }
 
     /// Removes, into `b`, up to `max` entries with `commit_ht < before` and their index

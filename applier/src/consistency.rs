@@ -65,6 +65,8 @@ pub struct Consistency {
     advanced_cv: Condvar,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
+    /// The cutover's cut (0: none): safe time is frozen there.
+    cut: AtomicU64,
     /// Beats once per publisher iteration (at least every 50 ms).
     heartbeat: Heartbeat,
 }
@@ -77,29 +79,7 @@ impl Consistency {
     /// Rebuilds the core from the store (tablets and their applied safe times, pending
     /// commits with the parts already applied) and starts the publisher.
     pub fn start(store: Arc<Store>, expected: Vec<TabletId>) -> Result<Arc<Consistency>> {
-        let mut core = Core::new(expected);
-        for (t, m) in store.tablets()? {
-            core.register(&t, m.safe_time);
-        }
-        for (txn, st) in store.pending_txns()? {
-            if let Some(c) = &st.commit {
-                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
-            }
-        }
-        let persisted = store.global_safe_time()?.unwrap_or_default();
-        let c = Arc::new(Consistency {
-            core: Mutex::new(core),
-            store,
-            global: CachePadded::new(AtomicU64::new(persisted.0)),
-            wakers: Mutex::new(Wakers(BTreeMap::new())),
-            signal: Mutex::new(true),
-            signal_cv: Condvar::new(),
-            advanced: Mutex::new(()),
-            advanced_cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            publisher: Mutex::new(None),
-            heartbeat: Heartbeat::new(),
-        });
+        let c = Self::build(store, expected, None)?;
         let c2 = c.clone();
         let h = std::thread::Builder::new()
             .name("safe-time".into())
@@ -110,6 +90,69 @@ impl Consistency {
                 source,
             })?;
         *lock(&c.publisher) = Some(h);
+        Ok(c)
+    }
+
+    /// A promoted target's safe time: frozen at `cut`, no publisher; the core (for
+    /// reports) is rebuilt from the store as usual.
+    pub fn frozen(
+        store: Arc<Store>,
+        expected: Vec<TabletId>,
+        cut: HybridTime,
+    ) -> Result<Arc<Consistency>> {
+        Self::build(store, expected, Some(cut))
+    }
+
+    /// Stops the publisher and freezes the published safe time at `cut` (a cutover). The
+    /// cut must be the safe time published last (a cutover takes it after `stop`).
+    pub fn freeze(&self, cut: HybridTime) {
+        self.stop();
+        self.cut.store(cut.0, Ordering::SeqCst);
+        self.global.store(cut.0, Ordering::Release);
+        let _g = lock(&self.advanced);
+        self.advanced_cv.notify_all();
+    }
+
+    /// The cutover's cut, once frozen.
+    pub fn cut(&self) -> Option<HybridTime> {
+        match self.cut.load(Ordering::SeqCst) {
+            0 => None,
+            c => Some(HybridTime(c)),
+        }
+    }
+
+    fn build(
+        store: Arc<Store>,
+        expected: Vec<TabletId>,
+        cut: Option<HybridTime>,
+    ) -> Result<Arc<Consistency>> {
+        let mut core = Core::new(expected);
+        for (t, m) in store.tablets()? {
+            core.register(&t, m.safe_time);
+        }
+        for (txn, st) in store.pending_txns()? {
+            if let Some(c) = &st.commit {
+                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
+            }
+        }
+        let persisted = match cut {
+            Some(c) => c,
+            None => store.global_safe_time()?.unwrap_or_default(),
+        };
+        let c = Arc::new(Consistency {
+            core: Mutex::new(core),
+            store,
+            global: CachePadded::new(AtomicU64::new(persisted.0)),
+            wakers: Mutex::new(Wakers(BTreeMap::new())),
+            signal: Mutex::new(true),
+            signal_cv: Condvar::new(),
+            advanced: Mutex::new(()),
+            advanced_cv: Condvar::new(),
+            stop: AtomicBool::new(cut.is_some()),
+            publisher: Mutex::new(None),
+            cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
+            heartbeat: Heartbeat::new(),
+        });
         Ok(c)
     }
 
@@ -220,9 +263,13 @@ impl Consistency {
     }
 
     /// When the publisher thread last went round its loop (at least every 50 ms while it
-    /// runs; frozen after [`stop`](Self::stop)).
-    pub fn last_progress(&self) -> Instant {
-        self.heartbeat.last()
+    /// runs); `None` when no publisher runs: after [`stop`](Self::stop) or a cutover's
+    /// freeze, and on a promoted target.
+    pub fn last_progress(&self) -> Option<Instant> {
+        let running = lock(&self.publisher)
+            .as_ref()
+            .is_some_and(|h| !h.is_finished());
+        (running && !self.stop.load(Ordering::SeqCst)).then(|| self.heartbeat.last())
     }
 
     /// Stops the publisher (after one last publish).

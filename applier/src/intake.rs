@@ -249,6 +249,10 @@ struct Shared {
     closed: AtomicBool,
     paused_all: AtomicBool,
     hook: Mutex<Hook>,
+    /// Set by a cutover: every tablet a shipper announces is refused with this reason.
+    refusal: Mutex<Option<String>>,
+    /// Live shipper connections, so a cutover can close them.
+    conns: Mutex<BTreeMap<u64, quinn::Connection>>,
 }
 
 struct Hook(Option<DurableHook>);
@@ -291,6 +295,8 @@ impl Intake {
             closed: AtomicBool::new(false),
             paused_all: AtomicBool::new(false),
             hook: Mutex::new(Hook(hook)),
+            refusal: Mutex::new(None),
+            conns: Mutex::new(BTreeMap::new()),
         });
         for t in tidelog_wal::reader::list_tablets(&root)
             .with_context(|| format!("listing {}", root.display()))?
@@ -356,6 +362,21 @@ impl Intake {
             .close(quinn::VarInt::from_u32(1), reason.as_bytes());
     }
 
+    /// Refuses every tablet to every shipper from now on, with `reason` (a cutover), and
+    /// closes the live connections with it. Shippers keep a clear error in their status.
+    pub fn refuse(&self, reason: &str) {
+        *lock(&self.shared.refusal) = Some(reason.to_string());
+        let conns: Vec<quinn::Connection> = lock(&self.shared.conns).values().cloned().collect();
+        for c in conns {
+            c.close(quinn::VarInt::from_u32(2), reason.as_bytes());
+        }
+    }
+
+    /// The reason shippers are refused, after [`Intake::refuse`].
+    pub fn refusal(&self) -> Option<String> {
+        lock(&self.shared.refusal).clone()
+    }
+
     /// Closes, waits for the writer threads to finish their queues and sync.
     pub async fn shutdown(&self) {
         self.close("applier shutting down");
@@ -389,9 +410,11 @@ impl Intake {
                 match incoming.await {
                     Ok(conn) => {
                         let id = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
+                        lock(&shared.conns).insert(id, conn.clone());
                         if let Err(e) = serve_connection(shared.clone(), conn, id).await {
                             tracing::info!(conn = id, %remote, "shipper connection ended: {e:#}");
                         }
+                        lock(&shared.conns).remove(&id);
                         shared.release(id);
                     }
                     Err(e) => tracing::warn!(%remote, "shipper handshake failed: {e}"),
@@ -700,15 +723,18 @@ async fn serve_control(
             first = false;
         }
         let mut answer = Vec::new();
+        let refusal = lock(&shared.refusal).clone();
         for ht in &h.tablets {
-            let claimed = shared
-                .tablet(&ht.tablet)
-                .map_err(|e| format!("{e:#}"))
-                .and_then(|ti| {
-                    shared
-                        .claim(&ti, &h.shipper_id, conn_id, remote)
-                        .map(|()| ti.received_pos())
-                });
+            let claimed = match &refusal {
+                Some(r) => Err(r.clone()),
+                None => Ok(()),
+            }
+            .and_then(|()| shared.tablet(&ht.tablet).map_err(|e| format!("{e:#}")))
+            .and_then(|ti| {
+                shared
+                    .claim(&ti, &h.shipper_id, conn_id, remote)
+                    .map(|()| ti.received_pos())
+            });
             answer.push(match claimed {
                 Ok(resume) => WelcomeTablet {
                     tablet: ht.tablet.clone(),

@@ -5,6 +5,7 @@ pub mod apply;
 pub mod binlog;
 pub mod consistency;
 pub mod core;
+pub mod cutover;
 pub mod error;
 pub mod intake;
 pub mod keys;

@@ -43,6 +43,8 @@ const TABLET_PREFIX: &[u8] = b"tablet/";
 const GLOBAL_SAFE_TIME: &[u8] = b"global/safe_time";
 const GLOBAL_ROLE: &[u8] = b"global/role";
 const BINLOG_HORIZON: &[u8] = b"global/binlog_horizon";
+const CUTOVER: &[u8] = b"global/cutover";
+const CUTOVER_CURSOR: &[u8] = b"global/cutover_cursor";
 
 const VALUE_TOMBSTONE: u8 = 0;
 const VALUE_PUT: u8 = 1;
@@ -159,6 +161,8 @@ pub struct Store {
     meta: Keyspace,
     pending: Keyspace,
     bl: Binlog,
+    /// The cutover's cut (0: none). Every read is capped at it.
+    cut: std::sync::atomic::AtomicU64,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions (the committed state of their `txns` records, so applying does not read
     /// them back from the LSM; resolved ones leave it).
@@ -197,15 +201,37 @@ impl Store {
             trx_open: ks(binlog::TRX_OPEN)?,
             gtid: ks(binlog::GTID)?,
         };
-        Ok(Store {
+        let mut store = Store {
             db,
             mvcc,
             txns,
             meta,
             pending,
             bl,
+            cut: std::sync::atomic::AtomicU64::new(0),
             write_lock: Mutex::new(HashMap::new()),
-        })
+        };
+        if let Some(c) = store.cutover()? {
+            *store.cut.get_mut() = c.cut.0;
+        }
+        Ok(store)
+    }
+
+    /// The cut every read is capped at, once a cutover began.
+    pub fn cut(&self) -> Option<HybridTime> {
+        match self.cut.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            c => Some(HybridTime(c)),
+        }
+    }
+
+    /// `at` capped at the cut.
+    fn cap(&self, at: Option<HybridTime>) -> Option<HybridTime> {
+        match (self.cut(), at) {
+            (Some(c), Some(a)) => Some(a.min(c)),
+            (Some(c), None) => Some(c),
+            (None, a) => a,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<TxnId, TxnState>> {
@@ -410,6 +436,114 @@ impl Store {
         }
         self.commit(b, Durability::Buffered)?;
         Ok((n, done))
+    }
+
+    // ---- cutover ---------------------------------------------------------------------------
+
+    /// The persisted cutover, if one began.
+    pub fn cutover(&self) -> Result<Option<Cutover>> {
+        match self.meta.get(CUTOVER).map_err(Error::store("read meta"))? {
+            None => Ok(None),
+            Some(v) => decode_cutover(&v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(META, "global/cutover", r)),
+        }
+    }
+
+    /// Phase 1 of a cutover: caps every read at `cut`, then persists the cut and
+    /// `role = primary` in one synced batch. Returns the stored cutover (an earlier one
+    /// if a cutover already began: idempotent).
+    pub fn begin_cutover(&self, cut: HybridTime, cut_time_us: u64) -> Result<Cutover> {
+        let _g = self.lock();
+        if let Some(c) = self.cutover()? {
+            return Ok(c);
+        }
+        if cut == HybridTime::MIN {
+            return Err(Error::Invalid("a cut at ht 0".into()));
+        }
+        self.cut.store(cut.0, std::sync::atomic::Ordering::Release);
+        let c = Cutover {
+            cut,
+            cut_time_us,
+            report: None,
+            cleaned: false,
+        };
+        let mut b = self.db.batch();
+        b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
+        b.insert(&self.meta, GLOBAL_ROLE, vec![1]);
+        if let Err(e) = self.commit(b, Durability::Sync) {
+            self.cut.store(0, std::sync::atomic::Ordering::Release);
+            return Err(e);
+        }
+        Ok(c)
+    }
+
+    /// Stores the cutover's report (phase 2), durably. Keeps an earlier report.
+    pub fn save_cutover_report(&self, report: &CutoverReport) -> Result<Cutover> {
+        let _g = self.lock();
+        let mut c = self
+            .cutover()?
+            .ok_or_else(|| Error::Invalid("no cutover began".into()))?;
+        if c.report.is_some() {
+            return Ok(c);
+        }
+        c.report = Some(report.clone());
+        let mut b = self.db.batch();
+        b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
+        self.commit(b, Durability::Sync)?;
+        Ok(c)
+    }
+
+    /// One step of the cutover's background clean-up: scans `mvcc` from the persisted
+    /// cursor, removing versions above the cut, until `max_scanned` keys were looked at;
+    /// then persists the cursor (and, at the end, clears `pending` and marks the cutover
+    /// clean), all in one batch. Returns (scanned, removed, done).
+    pub fn cutover_cleanup_step(&self, max_scanned: usize) -> Result<(usize, usize, bool)> {
+        let Some(c) = self.cutover()? else {
+            return Err(Error::Invalid("no cutover began".into()));
+        };
+        if c.cleaned {
+            return Ok((0, 0, true));
+        }
+        let from = self
+            .meta
+            .get(CUTOVER_CURSOR)
+            .map_err(Error::store("read meta"))?
+            .map(|v| v.to_vec())
+            .unwrap_or_default();
+        let mut b = self.db.batch();
+        let (mut scanned, mut removed) = (0, 0);
+        let mut last: Option<Vec<u8>> = None;
+        for g in self.mvcc.range(from..) {
+            if scanned >= max_scanned {
+                break;
+            }
+            let (k, _) = g.into_inner().map_err(Error::store("scan mvcc"))?;
+            let (_, ht) = keys::split(&k)?;
+            if ht > c.cut {
+                b.remove(&self.mvcc, k.to_vec());
+                removed += 1;
+            }
+            scanned += 1;
+            last = Some(k.to_vec());
+        }
+        let done = scanned < max_scanned;
+        if done {
+            for g in self.pending.iter() {
+                let k = g.key().map_err(Error::store("scan pending"))?;
+                b.remove(&self.pending, k.to_vec());
+            }
+            let c = Cutover { cleaned: true, ..c };
+            b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
+            b.remove(&self.meta, CUTOVER_CURSOR);
+        } else if let Some(mut k) = last {
+            // Resume just after the last key looked at.
+            k.push(0);
+            b.insert(&self.meta, CUTOVER_CURSOR, k);
+        }
+        let _g = self.lock();
+        self.commit(b, Durability::Sync)?;
+        Ok((scanned, removed, done))
     }
 
     // ---- transactions --------------------------------------------------------------------
@@ -774,6 +908,7 @@ impl Store {
 
     /// The newest version of `key` with ht ≤ `at` (newest of all for `None`), by one seek.
     pub fn get(&self, key: &[u8], at: Option<HybridTime>) -> Result<Option<Version>> {
+        let at = self.cap(at);
         let (lo, hi) = keys::visible_range(key, at.unwrap_or(HybridTime::MAX));
         let Some(g) = self.mvcc.range(lo..hi).next() else {
             return Ok(None);
@@ -796,7 +931,7 @@ impl Store {
         at: Option<HybridTime>,
         limit: usize,
     ) -> Result<(Vec<(Vec<u8>, Vec<u8>, HybridTime)>, bool)> {
-        let at = at.unwrap_or(HybridTime::MAX);
+        let at = self.cap(at).unwrap_or(HybridTime::MAX);
         let snap = self.db.snapshot();
         let (start, end) = keys::prefix_range(prefix);
         let mut iter = snap.range(&self.mvcc, (start, end.clone()));
@@ -990,6 +1125,100 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
         registered: flags & TM_REGISTERED != 0,
         owner,
         applied_records,
+    })
+}
+
+/// A cutover (DESIGN §7) as persisted in `meta` under `global/cutover`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cutover {
+    pub cut: HybridTime,
+    /// Wall-clock time of the promotion, microseconds since the epoch.
+    pub cut_time_us: u64,
+    /// Phase 2: the report, once computed (a restart computes it if missing).
+    pub report: Option<CutoverReport>,
+    /// Phase 3: versions above the cut are gone.
+    pub cleaned: bool,
+}
+
+/// What a cutover lost, as returned by `POST /v1/promote`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CutoverReport {
+    /// Commits above the cut (by gtid sequence, so commits never received count too).
+    pub lost_commits: u64,
+    /// From the cut to the newest commit received, in milliseconds.
+    pub lost_window_ms: u64,
+    /// Per tablet: its safe time at the cut and how far it lagged the wall clock then (ms).
+    pub tablets: BTreeMap<TabletId, (HybridTime, u64)>,
+}
+
+const CUT_REPORT: u8 = 1;
+const CUT_CLEANED: u8 = 2;
+
+fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(64);
+    out.push(FORMAT_VERSION);
+    let mut flags = 0;
+    if c.report.is_some() {
+        flags |= CUT_REPORT;
+    }
+    if c.cleaned {
+        flags |= CUT_CLEANED;
+    }
+    out.push(flags);
+    out.extend_from_slice(&c.cut.0.to_le_bytes());
+    out.extend_from_slice(&c.cut_time_us.to_le_bytes());
+    if let Some(r) = &c.report {
+        out.extend_from_slice(&r.lost_commits.to_le_bytes());
+        out.extend_from_slice(&r.lost_window_ms.to_le_bytes());
+        let n = u16::try_from(r.tablets.len())
+            .map_err(|_| Error::Invalid(format!("{} tablets", r.tablets.len())))?;
+        out.extend_from_slice(&n.to_le_bytes());
+        for (t, (safe, lag)) in &r.tablets {
+            put_tablet(&mut out, t);
+            out.extend_from_slice(&safe.0.to_le_bytes());
+            out.extend_from_slice(&lag.to_le_bytes());
+        }
+    }
+    Ok(out)
+}
+
+fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
+    let mut c = Cur::new(v);
+    let ver = c.u8("version")?;
+    if ver != FORMAT_VERSION {
+        return Err(format!("unknown format version {ver}"));
+    }
+    let flags = c.u8("flags")?;
+    if flags & !(CUT_REPORT | CUT_CLEANED) != 0 {
+        return Err(format!("unknown flags {flags:#04x}"));
+    }
+    let cut = HybridTime(c.u64("cut")?);
+    let cut_time_us = c.u64("cut_time")?;
+    let report = if flags & CUT_REPORT != 0 {
+        let lost_commits = c.u64("lost_commits")?;
+        let lost_window_ms = c.u64("lost_window_ms")?;
+        let n = c.u16("tablet count")?;
+        let mut tablets = BTreeMap::new();
+        for _ in 0..n {
+            let t = c.tablet("tablet")?;
+            let safe = HybridTime(c.u64("tablet safe time")?);
+            let lag = c.u64("tablet lag")?;
+            tablets.insert(t, (safe, lag));
+        }
+        Some(CutoverReport {
+            lost_commits,
+            lost_window_ms,
+            tablets,
+        })
+    } else {
+        None
+    };
+    c.end()?;
+    Ok(Cutover {
+        cut,
+        cut_time_us,
+        report,
+        cleaned: flags & CUT_CLEANED != 0,
     })
 }
 

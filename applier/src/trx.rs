@@ -105,6 +105,9 @@ impl SafeTimeView for Consistency {
     fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
         Consistency::wait_for(self, ht, deadline)
     }
+    fn cut(&self) -> Option<HybridTime> {
+        Consistency::cut(self)
+    }
     fn laggiest(&self) -> Option<(TabletId, HybridTime)> {
         let r = self.report();
         let t = r.laggiest?;
@@ -174,6 +177,8 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         }
     };
     a.connect_id = Some(trx.connect_id);
+    // On a promoted target: the hint, when the client saw a commit above the cut.
+    let mut hint_after_cut = None;
     if let Some(h) = q.gtid_hint {
         let g = match h.parse::<Gtid>() {
             Ok(g) => g,
@@ -201,6 +206,9 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
             }
         } else {
             a.caught_up = true;
+            if let Some(cut) = cut {
+                hint_after_cut = hint_beyond(store, g, cut)?.then_some(g);
+            }
         }
         a.safe_time = view.safe_time();
     }
@@ -272,6 +280,30 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         ));
         return Ok(a);
     }
+    if let Some(cut) = cut {
+        // Every answer on a promoted target is final. The client saw a commit above the cut,
+        // or an earlier transaction of its connection is still held here (so this one is
+        // not older than retention; a connection's commits are in commit order): it did
+        // not land and never will.
+        let lost = match hint_after_cut {
+            Some(g) => Some(format!("the client saw gtid {g}, committed after the cut")),
+            None => bl
+                .counter_before(trx.connect_id, trx.commit_counter)?
+                .map(|prev| {
+                    format!(
+                        "connection {} is held here up to {}:{prev} and no further",
+                        trx.connect_id, trx.connect_id
+                    )
+                }),
+        };
+        if let Some(why) = lost {
+            a.state = TrxState::Aborted;
+            a.reason = Some(format!(
+                "discarded by cutover: not committed at or below the cut {cut} ({why})"
+            ));
+            return Ok(a);
+        }
+    }
     a.state = TrxState::Unknown;
     let horizon = store.binlog_horizon()?;
     let mut why = match cut {
@@ -311,6 +343,19 @@ fn hint(store: &Store, view: &impl SafeTimeView, g: Gtid, deadline: Instant) -> 
             return Ok(Hint::Behind(g));
         }
     }
+}
+
+/// On a promoted target: whether hint `g` lies above the cut (not in the binlog at or below
+/// it, and not older than what it retains).
+fn hint_beyond(store: &Store, g: Gtid, cut: HybridTime) -> Result<bool> {
+    let bl = store.binlog();
+    if let Some(e) = bl.gtid(g.domain, g.seq)? {
+        return Ok(e.commit_ht > cut);
+    }
+    Ok(match bl.first_in_domain(g.domain)? {
+        Some(first) => g.seq > first.gtid.seq,
+        None => false,
+    })
 }
 
 fn commit_waits_for(

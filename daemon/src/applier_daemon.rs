@@ -18,7 +18,9 @@ use serde_json::{json, Value};
 use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
+use tidelog_applier::cutover::{self, Cleanup};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
 use tidelog_applier::tls::TlsMaterial;
 use tidelog_applier::trx::{TrxQuery, TrxState, TrxStatus};
@@ -70,12 +72,17 @@ pub struct Appliers {
     consistency: Arc<Consistency>,
     received: PathBuf,
     workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
+    /// Set by a cutover (or at start on a primary): no worker starts any more.
+    closed: std::sync::atomic::AtomicBool,
     /// applied_records of each tablet when this process started (for record lag).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
 }
 
 impl Appliers {
     fn ensure(&self, t: &TabletId) {
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(worker) = w.get(t) {
             worker.notify();
@@ -114,6 +121,7 @@ impl Appliers {
     }
 
     fn stop_all(&self) {
+        self.closed.store(true, Ordering::SeqCst);
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         for (t, worker) in w.iter_mut() {
             if let Err(e) = worker.stop() {
@@ -133,6 +141,10 @@ pub struct ApplierState {
     pub max_staleness: std::time::Duration,
     /// `trx_status` answers given, by state (in `TrxState::ALL` order).
     pub trx_lookups: Arc<[AtomicU64; 4]>,
+    /// Serializes `POST /v1/promote`.
+    pub promote_lock: Arc<tokio::sync::Mutex<()>>,
+    /// The cutover's background clean-up, once started.
+    pub cleanup: Arc<Mutex<Option<Cleanup>>>,
 }
 
 async fn serve(cfg: ApplierConfig) -> Result<()> {
@@ -147,15 +159,31 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
             .await
             .context("opening the store")??,
     );
+    // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
+    // a cutover interrupted by a crash is finished first.
+    let s1 = store.clone();
+    let cutover = tokio::task::spawn_blocking(move || -> Result<Option<Cutover>> {
+        match s1.cutover()? {
+            Some(c) => Ok(Some(cutover::finish(&s1, c)?)),
+            None => Ok(None),
+        }
+    })
+    .await
+    .context("resuming the cutover")??;
     let (s2, expect) = (store.clone(), cfg.expect_tablets.clone());
-    let consistency = tokio::task::spawn_blocking(move || Consistency::start(s2, expect))
-        .await
-        .context("starting safe time")??;
+    let cut = cutover.as_ref().map(|c| c.cut);
+    let consistency = tokio::task::spawn_blocking(move || match cut {
+        Some(cut) => Consistency::frozen(s2, expect, cut),
+        None => Consistency::start(s2, expect),
+    })
+    .await
+    .context("starting safe time")??;
     let appliers = Arc::new(Appliers {
         store: store.clone(),
         consistency: consistency.clone(),
         received: cfg.data_dir.join("received"),
         workers: Mutex::new(BTreeMap::new()),
+        closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
     });
     let (ca, chain, key) = tls_material(&cfg.tls)?;
@@ -172,6 +200,9 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    if let Some(c) = &cutover {
+        intake.refuse(&refusal_reason(c.cut));
+    }
     // Recovery: apply whatever the received logs hold beyond the store's apply positions.
     let known: Vec<TabletId> = intake.tablets().iter().map(|t| t.tablet.clone()).collect();
     let a3 = appliers.clone();
@@ -188,8 +219,15 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         consistency: consistency.clone(),
         max_staleness: cfg.max_staleness,
         trx_lookups: Arc::new(Default::default()),
+        promote_lock: Arc::new(tokio::sync::Mutex::new(())),
+        cleanup: Arc::new(Mutex::new(None)),
     };
+    if cutover.as_ref().is_some_and(|c| !c.cleaned) {
+        *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Cleanup::start(store.clone())?);
+    }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
+    let cleanup = state.cleanup.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
         let mut rx = stop_rx.clone();
@@ -230,6 +268,8 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     tokio::task::spawn_blocking(move || {
         a4.stop_all();
         c4.stop();
+        // Between two clean-up steps; the cursor is persisted, a restart continues.
+        drop(cleanup.lock().unwrap_or_else(|p| p.into_inner()).take());
         if let Err(e) = s2.persist() {
             tracing::error!("persisting the store: {e}");
         }
@@ -260,6 +300,7 @@ fn router(state: ApplierState) -> Router {
         .route("/v1/trx/{*trx_id}", get(trx_status))
         .route("/v1/trx/", get(trx_status_empty))
         .route("/v1/binlog", get(binlog))
+        .route("/v1/promote", post(promote))
         .route("/metrics", get(metrics))
         .with_state(state)
 }
@@ -331,8 +372,28 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         tidelog_applier::store::Role::Standby => "replica",
     };
     let safe = s.consistency.safe_time();
+    let cutover = match s
+        .store
+        .cutover()
+        .map_err(|e| ApiError::internal(&e.into()))?
+    {
+        None => Value::Null,
+        Some(c) => {
+            let g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
+            let removed = g
+                .as_ref()
+                .map_or(0, |c| c.progress.removed.load(Ordering::Relaxed));
+            json!({
+                "cut_ht": ht(c.cut),
+                "cut_time": rfc3339_us(c.cut_time_us),
+                "cleanup_done": c.cleaned,
+                "removed_versions": removed,
+            })
+        }
+    };
     Ok(Json(json!({
         "role": role,
+        "cutover": cutover,
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -394,7 +455,8 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         return Ok(Some(at));
     }
     let lag = std::time::Duration::from_micros(now_micros().saturating_sub(safe.physical_micros()));
-    if lag > s.max_staleness {
+    // A promoted target's safe time is its cut, final: never stale.
+    if lag > s.max_staleness && s.consistency.cut().is_none() {
         let laggiest = report
             .laggiest
             .map_or_else(|| "?".to_string(), |t| t.to_string());
@@ -413,6 +475,9 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
 }
 
 fn latest_ht(s: &ApplierState) -> HybridTime {
+    if let Some(c) = s.store.cut() {
+        return c;
+    }
     let w = s.appliers.workers.lock().unwrap_or_else(|p| p.into_inner());
     w.values().map(|w| w.safe_time()).max().unwrap_or_default()
 }
@@ -718,4 +783,82 @@ async fn binlog(
         "entries": entries,
         "more": more,
     })))
+}
+
+fn refusal_reason(cut: HybridTime) -> String {
+    format!(
+        "this target was promoted to primary at cut {cut} (cutover); it accepts no shipped logs"
+    )
+}
+
+fn rfc3339_us(us: u64) -> String {
+    humantime::format_rfc3339_micros(std::time::UNIX_EPOCH + std::time::Duration::from_micros(us))
+        .to_string()
+}
+
+fn cutover_json(c: &Cutover) -> Value {
+    let r = c.report.clone().unwrap_or_default();
+    let tablets: serde_json::Map<String, Value> = r
+        .tablets
+        .iter()
+        .map(|(t, (safe, lag))| {
+            (
+                t.to_string(),
+                json!({"lag_ms": lag, "safe_time": ht(*safe)}),
+            )
+        })
+        .collect();
+    json!({
+        "role": "primary",
+        "cut_ht": ht(c.cut),
+        "cut_time": rfc3339_us(c.cut_time_us),
+        "lost_commits": r.lost_commits,
+        "lost_window_ms": r.lost_window_ms,
+        "tablets": tablets,
+    })
+}
+
+/// `POST /v1/promote` (DESIGN §7): refuse shippers, stop applying, cut at the safe time,
+/// persist the cut (reads are capped at it from then on) and the report, and clean up
+/// above the cut in the background. Idempotent: a promoted target returns its report.
+async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
+    let _one = s.promote_lock.lock().await;
+    let s2 = s.clone();
+    let c = tokio::task::spawn_blocking(move || -> Result<Cutover, ApiError> {
+        let internal = |e: tidelog_applier::error::Error| ApiError::internal(&e.into());
+        if let Some(c) = s2.store.cutover().map_err(internal)? {
+            return cutover::finish(&s2.store, c).map_err(internal);
+        }
+        if s2.consistency.safe_time().is_none() {
+            let r = s2.consistency.report();
+            return Err(ApiError::conflict(
+                "safe_time_uninitialized",
+                format!(
+                    "cannot promote: safe time is not initialized ({}), so there is no clean cut",
+                    r.uninitialized_reason.unwrap_or_default()
+                ),
+            ));
+        }
+        s2.intake.refuse("this target is being promoted to primary (cutover); it accepts no shipped logs");
+        s2.appliers.stop_all();
+        s2.consistency.stop();
+        let cut = s2
+            .consistency
+            .safe_time()
+            .ok_or_else(|| ApiError::conflict("safe_time_uninitialized", "safe time vanished"))?;
+        let c = cutover::promote(&s2.store, cut).map_err(internal)?;
+        s2.consistency.freeze(c.cut);
+        s2.intake.refuse(&refusal_reason(c.cut));
+        tracing::info!(cut = %c.cut, lost_commits = c.report.as_ref().map_or(0, |r| r.lost_commits), "promoted to primary");
+        Ok(c)
+    })
+    .await
+    .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))??;
+    {
+        let mut g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() && !c.cleaned {
+            *g = Some(Cleanup::start(s.store.clone()).map_err(|e| ApiError::internal(&e.into()))?);
+        }
+    }
+    Ok(Json(cutover_json(&c)))
 }

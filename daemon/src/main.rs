@@ -165,6 +165,9 @@ fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
+    // Failure injection for tests (DESIGN §10): only builds with the `fail` crate's
+    // `failpoints` feature act on it; elsewhere the fail points compile to nothing.
+    let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -35,11 +35,13 @@ pub fn applier_liveness(s: &ApplierState, limit: Duration) -> Result<(), String>
             ));
         }
     }
-    let age = s.consistency.last_progress().elapsed();
-    if age > limit {
-        return Err(format!(
-            "the safe-time publisher has shown no progress for {age:?}"
-        ));
+    if let Some(last) = s.consistency.last_progress() {
+        let age = last.elapsed();
+        if age > limit {
+            return Err(format!(
+                "the safe-time publisher has shown no progress for {age:?}"
+            ));
+        }
     }
     Ok(())
 }

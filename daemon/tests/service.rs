@@ -227,6 +227,37 @@ fn applier_notifies_status_ready_watchdog_and_stopping() {
     assert!(shipper.terminate(Duration::from_secs(30)));
 }
 
+/// After a cutover the safe-time publisher is stopped on purpose: that is not a hang, and
+/// the pings go on past the 5 s a silent worker is given.
+#[test]
+fn a_promoted_applier_keeps_pinging_the_watchdog() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
+    write_records(&c.wal, "t1", 10);
+    let notify = Notify::bind(dir.path());
+    let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
+    notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    let mut shipper = c.start_shipper();
+    wait_for(
+        "t1 applied and safe time published",
+        Duration::from_secs(30),
+        || {
+            api(&c.applier_sock, "GET", "/v1/status").is_some_and(|(_, v)| {
+                v["tablets"]["t1"]["applied_records"].as_u64() == Some(10)
+                    && v["safe_time_initialized"] == true
+            })
+        },
+    );
+    assert!(shipper.terminate(Duration::from_secs(30)));
+    let (code, rep) = api(&c.applier_sock, "POST", "/v1/promote").unwrap();
+    assert_eq!(code, 200, "{rep}");
+    // 14 pings at 500 ms: about 7 s, more than notify::MIN_STALL.
+    check_pings(&notify, 14);
+    signal(&applier, libc::SIGTERM);
+    let st = wait_exit(&mut applier, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "applier exit: {st:?}");
+}
+
 #[test]
 fn shipper_notifies_ready_after_connecting_then_watchdog_and_stopping() {
     let dir = tempfile::tempdir().unwrap();

@@ -109,6 +109,11 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(what: &'static str, cfg: &Path, log: &Path) -> Daemon {
+        Daemon::start_env(what, cfg, log, &[])
+    }
+
+    /// Like `start`, with extra environment variables (e.g. `FAILPOINTS`).
+    pub fn start_env(what: &'static str, cfg: &Path, log: &Path, env: &[(&str, &str)]) -> Daemon {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -119,6 +124,7 @@ impl Daemon {
             .arg("--config")
             .arg(cfg)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
