@@ -461,7 +461,8 @@ fn apply_ready_parts(
         tablet: tablet.clone(),
         source,
     };
-    for part in parts {
+    let mut batch = Vec::with_capacity(parts.len());
+    for part in &parts {
         let st = store.txn_state(&part.txn)?.ok_or_else(|| {
             Error::Invalid(format!(
                 "tablet {tablet}: ready part of unknown txn {}",
@@ -476,9 +477,9 @@ fn apply_ready_parts(
             };
             for ir in list {
                 let rec = r.read_at(ir.pos).map_err(wal)?;
-                match &rec.body {
+                match rec.body {
                     tidelog_wal::Body::Intent { ops: o, .. } => {
-                        ops.extend(o.iter().map(|op| (op.key.clone(), op.value.clone())));
+                        ops.extend(o.into_iter().map(|op| (op.key, op.value)));
                     }
                     _ => {
                         return Err(Error::Invalid(format!(
@@ -491,14 +492,14 @@ fn apply_ready_parts(
                 }
             }
         }
-        store.apply_part(
-            tablet,
-            &part.txn,
-            part.commit_ht,
-            &ops,
-            Durability::Buffered,
-        )?;
-        c.part_applied(&part);
+        batch.push(crate::store::Part {
+            txn: part.txn,
+            commit_ht: part.commit_ht,
+            ops,
+        });
     }
+    // Every ready part of this tablet in one store batch.
+    store.apply_parts(tablet, &batch, Durability::Buffered)?;
+    c.parts_applied(&parts);
     Ok(())
 }

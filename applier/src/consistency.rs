@@ -203,7 +203,17 @@ impl Consistency {
 
     /// `part` is applied (its batch committed to the store).
     pub fn part_applied(&self, part: &Part) {
-        lock(&self.core).part_applied(part);
+        self.parts_applied(std::slice::from_ref(part));
+    }
+
+    /// [`Consistency::part_applied`] for several parts, under one lock.
+    pub fn parts_applied(&self, parts: &[Part]) {
+        {
+            let mut core = lock(&self.core);
+            for p in parts {
+                core.part_applied(p);
+            }
+        }
         self.kick();
     }
 

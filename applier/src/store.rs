@@ -128,6 +128,15 @@ pub struct TxnState {
     pub open: Option<(HybridTime, TabletId)>,
 }
 
+/// One participant's part of a committed transaction: its intents' ops on one tablet, to be
+/// written at `commit_ht`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub txn: TxnId,
+    pub commit_ht: HybridTime,
+    pub ops: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
 /// What one `apply` call did.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ApplyOutcome {
@@ -819,43 +828,69 @@ impl Store {
         ops: &[(Vec<u8>, Option<Vec<u8>>)],
         durability: Durability,
     ) -> Result<bool> {
-        let mut g = self.lock();
-        let mut st = match g.get(txn) {
-            Some(st) => st.clone(),
-            None => self.txn(txn)?.ok_or_else(|| {
-                Error::Invalid(format!("tablet {tablet}: part of unknown txn {txn}"))
-            })?,
+        let part = Part {
+            txn: *txn,
+            commit_ht,
+            ops: ops.to_vec(),
         };
-        if st.applied_parts.contains(tablet) {
-            return Ok(false);
-        }
+        Ok(self.apply_parts(tablet, std::slice::from_ref(&part), durability)? == 1)
+    }
+
+    /// [`Store::apply_part`] for several parts of `tablet` in **one** atomic batch (one
+    /// lock, one journal write). Returns how many were applied (not already there).
+    pub fn apply_parts(
+        &self,
+        tablet: &TabletId,
+        parts: &[Part],
+        durability: Durability,
+    ) -> Result<usize> {
+        let mut g = self.lock();
         let mut batch = self.db.batch();
-        let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
-        for (k, v) in ops {
-            last.insert(k, v);
-        }
+        let mut updated: Vec<(TxnId, TxnState)> = Vec::with_capacity(parts.len());
         let mut key_buf = Vec::new();
-        for (k, v) in last {
-            key_buf.clear();
-            keys::encode_into(&mut key_buf, k, commit_ht);
-            batch.insert(&self.mvcc, key_buf.clone(), encode_value(v.as_deref()));
+        for p in parts {
+            let mut st = match g.get(&p.txn) {
+                Some(st) => st.clone(),
+                None => self.txn(&p.txn)?.ok_or_else(|| {
+                    Error::Invalid(format!("tablet {tablet}: part of unknown txn {}", p.txn))
+                })?,
+            };
+            if st.applied_parts.contains(tablet) {
+                continue;
+            }
+            let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
+            for (k, v) in &p.ops {
+                last.insert(k, v);
+            }
+            for (k, v) in last {
+                key_buf.clear();
+                keys::encode_into(&mut key_buf, k, p.commit_ht);
+                batch.insert(&self.mvcc, key_buf.clone(), encode_value(v.as_deref()));
+            }
+            st.applied_parts.insert(tablet.clone());
+            let done = st
+                .commit
+                .as_ref()
+                .is_some_and(|c| c.participants.iter().all(|x| st.applied_parts.contains(x)));
+            if done {
+                batch.remove(&self.pending, pending_key(p.commit_ht, &p.txn));
+            }
+            batch.insert(&self.txns, p.txn.0.to_vec(), encode_txn(&st)?);
+            updated.push((p.txn, st));
         }
-        st.applied_parts.insert(tablet.clone());
-        let done = st
-            .commit
-            .as_ref()
-            .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)));
-        if done {
-            batch.remove(&self.pending, pending_key(commit_ht, txn));
+        if updated.is_empty() {
+            return Ok(0);
         }
-        batch.insert(&self.txns, txn.0.to_vec(), encode_txn(&st)?);
         self.commit(batch, durability)?;
-        if resolved(&st) {
-            g.remove(txn);
-        } else {
-            g.insert(*txn, st);
+        let n = updated.len();
+        for (txn, st) in updated {
+            if resolved(&st) {
+                g.remove(&txn);
+            } else {
+                g.insert(txn, st);
+            }
         }
-        Ok(true)
+        Ok(n)
     }
 
     /// Committed transactions not yet applied on every participant, by commit ht.

@@ -111,14 +111,19 @@ pub struct E2eArgs {
 // ---- child processes ----
 
 /// A `tidelog` daemon child, SIGKILLed if still running when dropped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Option<Child>,
     what: &'static str,
     log: PathBuf,
 }
 
 impl Daemon {
-    fn spawn(exe: &Path, what: &'static str, config: &Path, log: &Path) -> Result<Daemon> {
+    pub(crate) fn spawn(
+        exe: &Path,
+        what: &'static str,
+        config: &Path,
+        log: &Path,
+    ) -> Result<Daemon> {
         let f =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
@@ -142,7 +147,7 @@ impl Daemon {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some(c) = &mut self.child {
             if let Some(st) = c.try_wait()? {
                 bail!(
@@ -156,7 +161,7 @@ impl Daemon {
     }
 
     /// SIGTERM and wait (SIGKILL after `timeout`).
-    fn stop(&mut self, timeout: Duration) {
+    pub(crate) fn stop(&mut self, timeout: Duration) {
         let Some(mut c) = self.child.take() else {
             return;
         };
@@ -183,7 +188,7 @@ impl Drop for Daemon {
     }
 }
 
-fn tidelog_exe() -> Result<PathBuf> {
+pub(crate) fn tidelog_exe() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating this binary")?;
     let exe = me
         .parent()
@@ -201,31 +206,32 @@ fn tidelog_exe() -> Result<PathBuf> {
 
 // ---- a minimal blocking HTTP/1.1 keep-alive client for the admin socket ----
 
-struct Admin {
+pub(crate) struct Admin {
     socket: PathBuf,
     conn: Option<BufReader<UnixStream>>,
 }
 
 impl Admin {
-    fn new(socket: &Path) -> Admin {
+    pub(crate) fn new(socket: &Path) -> Admin {
         Admin {
             socket: socket.to_path_buf(),
             conn: None,
         }
     }
 
-    fn get(&mut self, path: &str) -> Result<(u16, Value)> {
-        match self.get_once(path) {
+    pub(crate) fn get(&mut self, path: &str) -> Result<(u16, Value)> {
+        match self.request("GET", path) {
             Ok(v) => Ok(v),
             Err(_) => {
                 // A closed keep-alive connection: reconnect once.
                 self.conn = None;
-                self.get_once(path)
+                self.request("GET", path)
             }
         }
     }
 
-    fn get_once(&mut self, path: &str) -> Result<(u16, Value)> {
+    /// One request on the keep-alive connection (opened if needed); no retry.
+    pub(crate) fn request(&mut self, method: &str, path: &str) -> Result<(u16, Value)> {
         if self.conn.is_none() {
             let s = UnixStream::connect(&self.socket)
                 .with_context(|| format!("connecting to {}", self.socket.display()))?;
@@ -237,7 +243,7 @@ impl Admin {
         };
         write!(
             conn.get_mut(),
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nContent-Length: 0\r\n\r\n"
         )?;
         let mut line = String::new();
         conn.read_line(&mut line)?;

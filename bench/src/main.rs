@@ -6,8 +6,10 @@
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
+//! tidelog-bench cutover [--sizes 10k,1M,10M] [--json FILE]
 //! ```
 
+mod cutover;
 mod e2e;
 mod load_cmd;
 mod ship;
@@ -33,6 +35,8 @@ enum Cmd {
     Ship(ship::ShipArgs),
     /// Source load → tidelog ship → tidelog apply: txn/s, apply rate and safe-time lag.
     E2e(e2e::E2eArgs),
+    /// Promotion time with 10 k / 1 M / 10 M versions above the cut, and clean-up rate.
+    Cutover(cutover::CutoverArgs),
     /// (internal) the applier peer process of `ship`.
     #[command(name = "__applier", hide = true)]
     Applier(ship::ApplierArgs),
@@ -48,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Load(args) => load_cmd::run(args),
         Cmd::Ship(args) => ship::run(&args),
         Cmd::E2e(args) => e2e::run(&args),
+        Cmd::Cutover(args) => cutover::run(&args),
         Cmd::Applier(args) => ship::run_applier(&args),
         Cmd::Sink(args) => ship::run_sink(&args),
     }
