@@ -41,10 +41,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tidelog_wal::{AtomicWalPos, HybridTime, ReadLimit, Reader, Record, TabletId, WalPos};
+use tidelog_wal::{
+    AtomicWalPos, Heartbeat, HybridTime, ReadLimit, Reader, Record, TabletId, WalPos,
+};
 
 use crate::consistency::Consistency;
 use crate::error::{Error, Result};
+use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::store::{Durability, Store};
 
 /// Apply-stage settings.
@@ -98,6 +101,13 @@ struct Shared {
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
     error: Mutex<Option<Arc<Error>>>,
+    /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
+    heartbeat: Heartbeat,
+    /// Records and received-log bytes applied by this worker since it started.
+    applied_records: AtomicU64,
+    applied_bytes: AtomicU64,
+    /// Wall time of each `Store::apply` batch.
+    batch_latency: LatencyHistogram,
 }
 
 impl Shared {
@@ -160,6 +170,10 @@ impl ApplyWorker {
             wake_cv: Condvar::new(),
             progress_cv: Condvar::new(),
             error: Mutex::new(None),
+            heartbeat: Heartbeat::new(),
+            applied_records: AtomicU64::new(0),
+            applied_bytes: AtomicU64::new(0),
+            batch_latency: LatencyHistogram::new(),
         });
         if let Some(c) = &cfg.consistency {
             let sh = shared.clone();
@@ -219,6 +233,27 @@ impl ApplyWorker {
     /// The tablet's safe time: ht of its last applied record or heartbeat (0 if none).
     pub fn safe_time(&self) -> HybridTime {
         HybridTime(self.shared.safe_time.load(Ordering::Acquire))
+    }
+
+    /// When the worker thread last went round its loop. An idle worker still goes round at
+    /// least every [`ApplyConfig::poll_interval`]; one stuck in a batch does not.
+    pub fn last_progress(&self) -> Instant {
+        self.shared.heartbeat.last()
+    }
+
+    /// Records applied by this worker since it started.
+    pub fn applied_records(&self) -> u64 {
+        self.shared.applied_records.load(Ordering::Relaxed)
+    }
+
+    /// Received-log bytes applied by this worker since it started.
+    pub fn applied_bytes(&self) -> u64 {
+        self.shared.applied_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The latency of this worker's apply batches so far.
+    pub fn batch_latency(&self) -> HistogramSnapshot {
+        self.shared.batch_latency.snapshot()
     }
 
     /// Whether the thread is still applying (false after `stop` or an error).
@@ -325,6 +360,7 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
     let mut warned = false;
     let mut parts_reader: Option<Reader> = None;
     let result = loop {
+        sh.heartbeat.beat();
         if sh.stop.load(Ordering::Acquire) {
             break Ok(());
         }
@@ -367,10 +403,14 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
         }
         if !batch.is_empty() {
             let end = Reader::position(r);
+            let started = Instant::now();
             let out = match store.apply(tablet, &batch, end, cfg.durability) {
                 Ok(o) => o,
                 Err(e) => break Err(e),
             };
+            sh.batch_latency.record(started.elapsed());
+            sh.applied_records.fetch_add(out.records, Ordering::Relaxed);
+            sh.applied_bytes.fetch_add(out.bytes, Ordering::Relaxed);
             tracing::trace!(records = out.records, bytes = out.bytes, end = %end, "applied");
             sh.publish(out.applied_pos, out.safe_time);
             if let Some(c) = &cfg.consistency {

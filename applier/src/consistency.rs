@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::utils::CachePadded;
-use tidelog_wal::{HybridTime, TabletId};
+use tidelog_wal::{Heartbeat, HybridTime, TabletId};
 
 use crate::core::{Core, Part, SafeTime};
 use crate::error::Result;
@@ -67,6 +67,8 @@ pub struct Consistency {
     publisher: Mutex<Option<JoinHandle<()>>>,
     /// The cutover's cut (0: none): safe time is frozen there.
     cut: AtomicU64,
+    /// Beats once per publisher iteration (at least every 50 ms).
+    heartbeat: Heartbeat,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -149,6 +151,7 @@ impl Consistency {
             stop: AtomicBool::new(cut.is_some()),
             publisher: Mutex::new(None),
             cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
+            heartbeat: Heartbeat::new(),
         });
         Ok(c)
     }
@@ -269,6 +272,16 @@ impl Consistency {
         }
     }
 
+    /// When the publisher thread last went round its loop (at least every 50 ms while it
+    /// runs); `None` when no publisher runs: after [`stop`](Self::stop) or a cutover's
+    /// freeze, and on a promoted target.
+    pub fn last_progress(&self) -> Option<Instant> {
+        let running = lock(&self.publisher)
+            .as_ref()
+            .is_some_and(|h| !h.is_finished());
+        (running && !self.stop.load(Ordering::SeqCst)).then(|| self.heartbeat.last())
+    }
+
     /// Stops the publisher (after one last publish).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -280,6 +293,7 @@ impl Consistency {
 
     fn publisher_loop(&self) {
         loop {
+            self.heartbeat.beat();
             {
                 let mut g = lock(&self.signal);
                 if !*g && !self.stop.load(Ordering::SeqCst) {

@@ -24,12 +24,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
-use tidelog_wal::{HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
+use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
 
 use crate::tls::{server_config, TlsMaterial};
@@ -144,6 +144,12 @@ pub struct TabletIntake {
     last_error: Mutex<Option<String>>,
     /// Set at shutdown: the writer thread finishes its queue and exits.
     stop: AtomicBool,
+    /// Beats once per writer-thread iteration (at least every 50 ms while idle).
+    heartbeat: Heartbeat,
+    /// Frames refused as malformed (bad header or body, bad record, wrong position).
+    frame_errors: AtomicU64,
+    /// Of those, frames whose message or record checksum did not match.
+    checksum_errors: AtomicU64,
 }
 
 impl std::fmt::Debug for WriteReq {
@@ -178,6 +184,36 @@ impl TabletIntake {
         }
         TabletState::from_u8(self.state.load(Ordering::Relaxed))
     }
+    /// When the tablet's writer thread last went round its loop (it waits at most 50 ms for
+    /// a frame, so a healthy idle writer beats at least that often).
+    pub fn last_progress(&self) -> Instant {
+        self.heartbeat.last()
+    }
+
+    /// Whether the writer thread still runs (false once the received log failed, or after
+    /// shutdown).
+    pub fn writer_running(&self) -> bool {
+        lock(&self.thread)
+            .as_ref()
+            .is_some_and(|h| !h.is_finished())
+    }
+
+    /// Frames refused as malformed since start: (all of them, those with a bad checksum).
+    pub fn frame_errors(&self) -> (u64, u64) {
+        (
+            self.frame_errors.load(Ordering::Relaxed),
+            self.checksum_errors.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts a refused frame; `checksum` when a checksum did not match.
+    fn count_frame_error(&self, checksum: bool) {
+        self.frame_errors.fetch_add(1, Ordering::Relaxed);
+        if checksum {
+            self.checksum_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn status(&self) -> TabletIntakeStatus {
         let last = self.last_frame_ms.load(Ordering::Relaxed);
         TabletIntakeStatus {
@@ -276,6 +312,14 @@ impl Intake {
     /// The bound UDP address (useful with port 0).
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.endpoint.local_addr()?)
+    }
+
+    /// Shipper connections accepted (handshake done) since start.
+    pub fn connections_total(&self) -> u64 {
+        self.shared
+            .conn_ids
+            .load(Ordering::Relaxed)
+            .saturating_sub(1)
     }
 
     /// Tablets known to the intake and their state.
@@ -417,6 +461,9 @@ impl Shared {
             thread: Mutex::new(None),
             last_error: Mutex::new(None),
             stop: AtomicBool::new(false),
+            heartbeat: Heartbeat::new(),
+            frame_errors: AtomicU64::new(0),
+            checksum_errors: AtomicU64::new(0),
         });
         let (ti2, shared) = (ti.clone(), self.clone());
         let sync = self.opts.sync;
@@ -489,6 +536,7 @@ fn writer_thread(
     let tablet = ti.tablet.clone();
     let mut group: Vec<WriteReq> = Vec::new();
     'run: loop {
+        ti.heartbeat.beat();
         let first = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(r) => r,
             Err(crossbeam::channel::RecvTimeoutError::Timeout) => {
@@ -523,6 +571,7 @@ fn writer_thread(
                 continue;
             }
             if req.first != w.staged_pos() {
+                ti.count_frame_error(false);
                 error = Some((
                     req.stream,
                     "bad_position",
@@ -552,6 +601,7 @@ fn writer_thread(
                     @ (tidelog_wal::Error::InvalidRecord(_) | tidelog_wal::Error::TooLarge { .. }),
                 ) => {
                     // Refused by verification: nothing of the frame is staged.
+                    ti.count_frame_error(e.to_string().contains("checksum"));
                     error = Some((req.stream, "corrupt_frame", e.to_string()));
                 }
                 Err(e) => {
@@ -849,6 +899,12 @@ async fn receive_frames(
                 return Ok(());
             }
             Err(e) => {
+                if let Some(w) = e.downcast_ref::<wire::WireError>() {
+                    ti.count_frame_error(matches!(
+                        w,
+                        wire::WireError::HeaderChecksum | wire::WireError::BodyChecksum { .. }
+                    ));
+                }
                 let reason = format!("corrupt frame on tablet {tablet}: {e:#}");
                 tracing::warn!(
                     conn = conn_id,
@@ -872,6 +928,7 @@ async fn receive_frames(
         match msg {
             (Message::Data(f), payload) => {
                 if &f.tablet != tablet || f.first_pos != expect {
+                    ti.count_frame_error(false);
                     let reason = format!(
                         "frame for tablet {} at {} on the stream of tablet {tablet} expecting {expect}",
                         f.tablet, f.first_pos

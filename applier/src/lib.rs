@@ -9,6 +9,7 @@ pub mod cutover;
 pub mod error;
 pub mod intake;
 pub mod keys;
+pub mod latency;
 pub mod store;
 pub mod tls;
 pub mod trx;

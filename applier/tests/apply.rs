@@ -249,6 +249,41 @@ fn worker_applies_a_live_log_and_matches_the_model() {
     check(&store, &recs, &pos, end);
 }
 
+/// The watchdog's liveness signal: an idle worker (here waiting for a log that does not
+/// exist yet) still beats once per poll; a worker that applied counts its work and times
+/// its batches.
+#[test]
+fn idle_worker_keeps_beating_and_counts_its_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    std::fs::create_dir_all(&received).unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let cfg = ApplyConfig {
+        poll_interval: Duration::from_millis(10),
+        ..small_batches()
+    };
+    let mut w = ApplyWorker::start(store.clone(), &received, tablet(), cfg).unwrap();
+    let mut last = w.last_progress();
+    for _ in 0..3 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while w.last_progress() == last {
+            assert!(Instant::now() < deadline, "an idle worker stopped beating");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        last = w.last_progress();
+    }
+    assert_eq!(w.batch_latency().count, 0);
+    let recs = records(seed() + 9, 100);
+    let (_, end) = write_log(&received, &recs, 9, || w.notify());
+    assert!(w.wait_applied(end, DEADLINE), "error: {:?}", w.error());
+    assert_eq!(w.applied_records(), 100);
+    assert_eq!(w.applied_bytes(), end.0);
+    let h = w.batch_latency();
+    assert!(h.count >= 100 / 7, "{h:?}");
+    assert_eq!(h.cumulative.last().copied(), Some(h.count));
+    w.stop().unwrap();
+}
+
 #[test]
 fn worker_without_notify_catches_up_by_polling() {
     let dir = tempfile::tempdir().unwrap();

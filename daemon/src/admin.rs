@@ -51,6 +51,17 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let listener = bind(socket).await?;
+    serve_bound(listener, socket, router, shutdown).await
+}
+
+/// [`serve`] on a socket already bound with [`bind`] (so a daemon can bind before it tells
+/// systemd it is ready, and serve afterwards).
+pub async fn serve_bound(
+    listener: tokio::net::UnixListener,
+    socket: &Path,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let ino = std::fs::symlink_metadata(socket)
         .map(|m| m.ino())
         .with_context(|| format!("admin socket {} vanished after bind", socket.display()))?;

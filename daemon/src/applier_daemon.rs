@@ -28,7 +28,11 @@ use tidelog_wal::{Gtid, HybridTime, TabletId, WalPos};
 
 use crate::admin::{self, ApiError, ApiPath, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
-use crate::{certs, notify};
+use crate::signals::Signals;
+use crate::{certs, metrics, notify, service};
+
+/// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 60 s).
+const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 
 /// Runs the applier until SIGTERM/SIGINT. With `check`, validates the config and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
@@ -111,6 +115,11 @@ impl Appliers {
         }
     }
 
+    /// The apply workers by tablet (for metrics and the watchdog's liveness check).
+    pub(crate) fn workers(&self) -> std::sync::MutexGuard<'_, BTreeMap<TabletId, ApplyWorker>> {
+        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn stop_all(&self) {
         self.closed.store(true, Ordering::SeqCst);
         let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
@@ -139,7 +148,9 @@ pub struct ApplierState {
 }
 
 async fn serve(cfg: ApplierConfig) -> Result<()> {
-    notify::status("recovering");
+    // Before anything slow: a SIGTERM from now on is handled, never the default kill.
+    let mut signals = Signals::install()?;
+    notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
     let data_dir = cfg.data_dir.clone();
@@ -217,20 +228,38 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
     let cleanup = state.cleanup.clone();
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    // Bound before READY=1: `tidelog ctl` works as soon as systemd says the unit started.
+    let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
-    let admin_task = tokio::spawn(async move {
-        admin::serve(&socket, router(state), async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        })
-        .await
+    let (st2, admin_stop) = (state.clone(), stopped());
+    let mut admin_task = tokio::spawn(async move {
+        admin::serve_bound(listener, &socket, router(st2), admin_stop).await
     });
+    if let Some(addr) = cfg.metrics_listen {
+        let r = metrics::metrics_only(get(metrics), state.clone());
+        metrics::serve_tcp(addr, r, stopped()).await?;
+    }
     tracing::info!(listen = %intake.local_addr()?, data_dir = %cfg.data_dir.display(), "applier ready");
     notify::ready();
-    let _watchdog = notify::spawn_watchdog();
-    notify::status(&format!("serving shippers on {}", intake.local_addr()?));
-    let admin_failed = wait_for_signal(admin_task).await?;
+    let st3 = state.clone();
+    let _watchdog = notify::spawn_watchdog(move |limit| service::applier_liveness(&st3, limit));
+    let st4 = state.clone();
+    let status_task = notify::spawn_status(service::STATUS_INTERVAL, move || {
+        service::applier_status(&st4)
+    });
+    let admin_failed = signals.first(&mut admin_task).await?;
+    signals.during_stop(STOP_BOUND);
     notify::stopping();
+    if let Some(t) = status_task {
+        t.abort();
+    }
     notify::status("stopping: writing queued frames");
     intake.shutdown().await;
     let a4 = appliers.clone();
@@ -250,26 +279,14 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     if let Some(e) = admin_failed {
         return Err(e);
     }
+    // Let the admin server finish its requests and remove the socket.
+    if let Ok(Ok(Err(e))) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
+    {
+        tracing::warn!("admin API: {e:#}");
+    }
     tracing::info!("applier stopped");
     Ok(())
-}
-
-/// Waits for SIGTERM or SIGINT (or the admin server failing, which is returned).
-pub async fn wait_for_signal(
-    admin_task: tokio::task::JoinHandle<Result<()>>,
-) -> Result<Option<anyhow::Error>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    tokio::select! {
-        _ = term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(None) }
-        _ = int.recv() => { tracing::info!("SIGINT: stopping"); Ok(None) }
-        r = admin_task => Ok(Some(match r {
-            Ok(Ok(())) => anyhow::anyhow!("the admin API stopped"),
-            Ok(Err(e)) => e,
-            Err(e) => anyhow::anyhow!("the admin API task failed: {e}"),
-        })),
-    }
 }
 
 fn router(state: ApplierState) -> Router {
@@ -606,54 +623,10 @@ async fn resume(
 }
 
 async fn metrics(State(s): State<ApplierState>) -> axum::response::Response {
-    let s2 = s.clone();
-    let rows = tokio::task::spawn_blocking(move || tablet_rows(&s2))
+    let text = tokio::task::spawn_blocking(move || metrics::applier(&s))
         .await
         .unwrap_or_default();
-    let mut out = String::new();
-    let gauges: [(&str, &str, &str); 5] = [
-        (
-            "tidelog_applier_received_pos_bytes",
-            "received_pos",
-            "End of the durable received log.",
-        ),
-        (
-            "tidelog_applier_applied_pos_bytes",
-            "applied_pos",
-            "Position applied into the store.",
-        ),
-        (
-            "tidelog_applier_apply_lag_bytes",
-            "lag_bytes",
-            "Received but not yet applied.",
-        ),
-        (
-            "tidelog_applier_received_records_total",
-            "received_records",
-            "Records received since start.",
-        ),
-        (
-            "tidelog_applier_applied_records_total",
-            "applied_records",
-            "Records applied (persisted count).",
-        ),
-    ];
-    for (name, field, help) in gauges {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-        for (t, row) in &rows {
-            let v = row.get(field).and_then(Value::as_u64).unwrap_or(0);
-            out.push_str(&format!("{name}{{tablet=\"{t}\"}} {v}\n"));
-        }
-    }
-    out.push_str("# HELP tidelog_applier_trx_status_lookups_total trx_status answers given, by state.\n# TYPE tidelog_applier_trx_status_lookups_total counter\n");
-    for (i, st) in TrxState::ALL.iter().enumerate() {
-        out.push_str(&format!(
-            "tidelog_applier_trx_status_lookups_total{{state=\"{}\"}} {}\n",
-            st.name(),
-            s.trx_lookups[i].load(Ordering::Relaxed)
-        ));
-    }
-    admin::prometheus(out)
+    admin::prometheus(text)
 }
 
 #[derive(Debug, Deserialize)]

@@ -55,6 +55,13 @@ pub struct ApplierConfig {
     pub tls: TlsConfig,
     /// QUIC transport tuning.
     pub quic: QuicConfig,
+    /// Also serve `GET /metrics` (Prometheus) over plain HTTP on this TCP address, e.g.
+    /// `127.0.0.1:9400`. Default unset: metrics only on the admin socket.
+    #[serde(deserialize_with = "de_opt_addr")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log filter (`info`, `debug`, `tidelog_applier=debug,info`, …). RUST_LOG and
+    /// `--log-level` override it. Default `info`.
+    pub log_level: String,
 }
 
 /// `shipper.toml`.
@@ -104,6 +111,13 @@ pub struct ShipperConfig {
     pub tls: TlsConfig,
     /// QUIC transport tuning.
     pub quic: QuicConfig,
+    /// Also serve `GET /metrics` (Prometheus) over plain HTTP on this TCP address, e.g.
+    /// `127.0.0.1:9401`. Default unset: metrics only on the admin socket.
+    #[serde(deserialize_with = "de_opt_addr")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log filter (`info`, `debug`, `tidelog_shipper=debug,info`, …). RUST_LOG and
+    /// `--log-level` override it. Default `info`.
+    pub log_level: String,
 }
 
 /// `[tls]`: PEM files. Keys left out of the section take the daemon's default path.
@@ -158,6 +172,16 @@ impl fmt::Display for IoEngine {
 }
 
 const TLS_DIR: &str = "/etc/tidelog/tls";
+
+/// The daemons' log filter when neither `--log-level`, RUST_LOG nor `log-level` says.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// `log-level` must be a valid `tracing` filter.
+fn validate_log_level(level: &str) -> Result<()> {
+    tracing_subscriber::EnvFilter::try_new(level)
+        .map(|_| ())
+        .map_err(|e| anyhow!("key \"log-level\": invalid filter {level:?}: {e}"))
+}
 
 impl TlsConfig {
     fn defaults_for(role: &str) -> TlsConfig {
@@ -239,6 +263,8 @@ impl Default for ApplierConfig {
             segment_size: 64 << 20,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
+            metrics_listen: None,
+            log_level: DEFAULT_LOG_LEVEL.to_string(),
         }
     }
 }
@@ -247,6 +273,7 @@ impl ApplierConfig {
     /// Checks what parsing cannot: TLS files readable, limits consistent. The error names
     /// the key; callers add the file name.
     pub fn validate(&self) -> Result<()> {
+        validate_log_level(&self.log_level)?;
         self.tls.validate()?;
         self.quic.validate()?;
         if self.segment_size < 64 << 10 {
@@ -281,6 +308,8 @@ impl Default for ShipperConfig {
             ship_unsynced: false,
             tls: TlsConfig::shipper_default(),
             quic: QuicConfig::default(),
+            metrics_listen: None,
+            log_level: DEFAULT_LOG_LEVEL.to_string(),
         }
     }
 }
@@ -315,6 +344,7 @@ impl ShipperConfig {
     /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
     /// consistent. The error names the key; callers add the file name.
     pub fn validate(&self) -> Result<()> {
+        validate_log_level(&self.log_level)?;
         self.tls.validate()?;
         self.quic.validate()?;
         self.applier_addr()?;
@@ -544,6 +574,12 @@ fn with_input(input: &str, e: &dyn fmt::Display) -> String {
     }
 }
 
+fn de_opt_addr<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SocketAddr>, D::Error> {
+    de_from_str(d).map(Some)
+}
+
 fn de_tablets<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TabletId>, D::Error> {
     Vec::<String>::deserialize(d)?
         .iter()
@@ -771,6 +807,30 @@ ship-unsynced = true
             load_shipper(&dir.path().join("missing.toml")).unwrap_err()
         );
         assert!(e.contains("missing.toml"), "{e}");
+    }
+
+    #[test]
+    fn metrics_listen_and_log_level() {
+        let c = applier("metrics-listen = \"127.0.0.1:9400\"\nlog-level = \"debug\"").unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9400".parse().unwrap()));
+        assert_eq!(c.log_level, "debug");
+        assert_eq!(ApplierConfig::default().metrics_listen, None);
+        assert_eq!(ApplierConfig::default().log_level, "info");
+        let s = shipper("metrics-listen = \"[::1]:9401\"").unwrap();
+        assert_eq!(s.metrics_listen, Some("[::1]:9401".parse().unwrap()));
+        let e = applier("metrics-listen = \"nowhere\"").unwrap_err();
+        assert!(
+            e.contains("key \"metrics-listen\"") && e.contains("nowhere"),
+            "{e}"
+        );
+        let e = shipper("metrics-listen = 9400").unwrap_err();
+        assert!(e.contains("key \"metrics-listen\""), "{e}");
+        let c = ApplierConfig {
+            log_level: "tidelog=[bad".into(),
+            ..ApplierConfig::default()
+        };
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("log-level"), "{e}");
     }
 
     #[test]

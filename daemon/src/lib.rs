@@ -13,5 +13,8 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod load;
+pub mod metrics;
 pub mod notify;
+pub mod service;
 pub mod shipper_daemon;
+pub mod signals;

@@ -4,7 +4,14 @@
 //! client `tidelog ctl`. The daemons (`apply`, `ship`) and `demo` come later; their building
 //! blocks (config, admin server, systemd notify) are in the `tidelog` library.
 //!
-//! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line.
+//! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line. The
+//! daemons (`apply`, `ship`) also exit 143 on a second SIGTERM, 130 on a second SIGINT and
+//! 131 on SIGQUIT (at once, see `tidelog::signals`).
+//!
+//! Logs go to stderr, plain (no ANSI colours) unless stderr is a terminal, without
+//! timestamps when stderr is the journal (`JOURNAL_STREAM`, which systemd sets; journald
+//! stamps each line itself). The level: `--log-level`, else RUST_LOG, else the daemon
+//! config's `log-level`, else a default per command.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -22,7 +29,8 @@ mod wal_cmd;
 #[command(name = "tidelog", version, about, propagate_version = true)]
 struct Cli {
     /// Log filter for diagnostics on stderr (e.g. `info`, `debug`,
-    /// `tidelog_wal=debug,warn`). Overrides RUST_LOG; without either, `wal` commands log
+    /// `tidelog_wal=debug,warn`). Overrides RUST_LOG, which overrides the daemons'
+    /// `log-level` config key; without any, daemons log at `info` and the other commands
     /// warnings and errors only.
     #[arg(long, global = true, value_name = "FILTER")]
     log_level: Option<String>,
@@ -82,13 +90,18 @@ enum CertsCommand {
 }
 
 impl Command {
-    /// The log filter used when neither `--log-level` nor RUST_LOG is given.
-    fn default_log_filter(&self) -> &'static str {
+    /// The log filter used when neither `--log-level` nor RUST_LOG is given: a daemon's
+    /// `log-level` config key (`info` if absent or if the config cannot be read — the
+    /// daemon then fails with the config error itself), else a default per command.
+    fn default_log_filter(&self) -> String {
         match self {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
-            Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn",
-            Command::Apply(_) | Command::Ship(_) => "info",
-            Command::Demo(_) => "warn",
+            Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn".into(),
+            Command::Apply(a) => tidelog::config::load_applier(&a.config)
+                .map_or_else(|_| "info".into(), |c| c.log_level),
+            Command::Ship(a) => tidelog::config::load_shipper(&a.config)
+                .map_or_else(|_| "info".into(), |c| c.log_level),
+            Command::Demo(_) => "warn".into(),
         }
     }
 }
@@ -100,14 +113,21 @@ fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
             Ok(v) if !v.trim().is_empty() => {
                 EnvFilter::try_new(&v).with_context(|| format!("bad RUST_LOG {v:?}"))?
             }
-            _ => EnvFilter::new(default),
+            _ => {
+                EnvFilter::try_new(default).with_context(|| format!("bad log-level {default:?}"))?
+            }
         },
     };
-    tracing_subscriber::fmt()
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
-        .init();
+        .with_ansi(ansi);
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        fmt.without_time().init();
+    } else {
+        fmt.init();
+    }
     Ok(())
 }
 
@@ -141,7 +161,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = init_logging(cli.log_level.as_deref(), cli.command.default_log_filter()) {
+    if let Err(e) = init_logging(cli.log_level.as_deref(), &cli.command.default_log_filter()) {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }

@@ -45,19 +45,69 @@ pub fn watchdog_interval() -> Option<Duration> {
     }
 }
 
+/// The shortest silence of a worker taken for a hang, whatever `WATCHDOG_USEC` says: one slow
+/// fsync on a busy disk (hundreds of milliseconds) is not a hang, and a hang is still caught
+/// within seconds.
+pub const MIN_STALL: Duration = Duration::from_secs(5);
+
 /// Spawns a task on the current tokio runtime that sends `WATCHDOG=1` every
-/// [`watchdog_interval`]; `None` (nothing spawned) when the watchdog is off. Abort the handle
-/// (or drop the runtime) to stop pinging. Run it on the runtime whose health it should vouch
-/// for: a stalled runtime stops the pings and systemd restarts the service.
-pub fn spawn_watchdog() -> Option<tokio::task::JoinHandle<()>> {
+/// [`watchdog_interval`] (half of `WATCHDOG_USEC`), but only while `liveness` vouches for the
+/// threads that do the real work; `None` (nothing spawned) when the watchdog is off.
+///
+/// `liveness(limit)` is called before each ping with `limit` = `WATCHDOG_USEC`, but at least
+/// [`MIN_STALL`]; it returns `Err(what)` naming a worker that has shown no sign of life for
+/// longer (see `tidelog_wal::Heartbeat`). The ping is then withheld (logged once per stall) and systemd,
+/// after `WatchdogSec=` without a ping, kills and restarts the service. A stalled runtime
+/// stops the pings as well, since this task runs on it. Abort the handle (or drop the
+/// runtime) to stop pinging.
+pub fn spawn_watchdog<F>(liveness: F) -> Option<tokio::task::JoinHandle<()>>
+where
+    F: Fn(Duration) -> Result<(), String> + Send + 'static,
+{
     let every = watchdog_interval()?;
+    let limit = (every * 2).max(MIN_STALL);
     tracing::debug!(interval = ?every, "systemd watchdog enabled");
+    Some(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stalled = false;
+        loop {
+            tick.tick().await;
+            match liveness(limit) {
+                Ok(()) => {
+                    if stalled {
+                        tracing::warn!("workers alive again: resuming systemd watchdog pings");
+                        stalled = false;
+                    }
+                    send(&[NotifyState::Watchdog]);
+                }
+                Err(what) => {
+                    if !stalled {
+                        tracing::error!(
+                            "{what}: withholding systemd watchdog pings (systemd restarts the \
+                             service after WatchdogSec)"
+                        );
+                        stalled = true;
+                    }
+                }
+            }
+        }
+    }))
+}
+
+/// Spawns a task that sends `STATUS=<text()>` now and then every `every`; `None` when not
+/// started by systemd. Abort the handle to stop it.
+pub fn spawn_status<F>(every: Duration, text: F) -> Option<tokio::task::JoinHandle<()>>
+where
+    F: Fn() -> String + Send + 'static,
+{
+    std::env::var_os("NOTIFY_SOCKET")?;
     Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            send(&[NotifyState::Watchdog]);
+            status(&text());
         }
     }))
 }
@@ -75,7 +125,8 @@ mod tests {
         std::env::remove_var("NOTIFY_SOCKET");
         ready(); // no socket: a no-op
         assert!(watchdog_interval().is_none());
-        assert!(spawn_watchdog().is_none());
+        assert!(spawn_watchdog(|_| Ok(())).is_none());
+        assert!(spawn_status(Duration::from_secs(1), String::new).is_none());
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify.sock");
@@ -96,10 +147,39 @@ mod tests {
         stopping();
         assert_eq!(recv().trim(), "STOPPING=1");
         assert_eq!(watchdog_interval(), Some(Duration::from_millis(10)));
-        let h = spawn_watchdog().unwrap();
+        let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let a2 = alive.clone();
+        let h = spawn_watchdog(move |limit| {
+            assert_eq!(limit, MIN_STALL);
+            if a2.load(std::sync::atomic::Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err("worker x is stuck".into())
+            }
+        })
+        .unwrap();
         assert_eq!(recv().trim(), "WATCHDOG=1");
         assert_eq!(recv().trim(), "WATCHDOG=1");
+        // A stuck worker: no ping for many intervals (drain what was in flight first).
+        alive.store(false, std::sync::atomic::Ordering::SeqCst);
+        sock.set_read_timeout(Some(Duration::from_millis(30)))
+            .unwrap();
+        while sock.recv(&mut buf).is_ok() {}
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(
+            sock.recv(&mut buf).is_err(),
+            "a ping arrived although the liveness check failed"
+        );
+        alive.store(true, std::sync::atomic::Ordering::SeqCst);
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let n = sock.recv(&mut buf).unwrap();
+        assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "WATCHDOG=1");
         h.abort();
+        let st = spawn_status(Duration::from_secs(60), || "lag 3s".into()).unwrap();
+        let n = sock.recv(&mut buf).unwrap();
+        assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "STATUS=lag 3s");
+        st.abort();
         std::env::remove_var("NOTIFY_SOCKET");
         std::env::remove_var("WATCHDOG_USEC");
         std::env::remove_var("WATCHDOG_PID");

@@ -16,9 +16,17 @@ use tidelog_shipper::{Shipper, ShipperOptions, TlsMaterial};
 use tidelog_wal::TabletId;
 
 use crate::admin::{self, ApiError, ApiQuery};
-use crate::applier_daemon::{tls_material, wait_for_signal};
+use crate::applier_daemon::tls_material;
 use crate::config::{self, IoEngine, ShipperConfig};
-use crate::notify;
+use crate::signals::Signals;
+use crate::{metrics, notify, service};
+
+/// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 30 s).
+const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// How long READY=1 waits for the lanes' first connection attempts to end (an unreachable
+/// applier can hold a QUIC handshake until `quic.idle-timeout`); the lanes keep retrying.
+const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs the shipper until SIGTERM/SIGINT. With `check`, validates the config and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
@@ -62,41 +70,71 @@ pub fn options(cfg: &ShipperConfig) -> Result<ShipperOptions> {
 }
 
 async fn serve(cfg: ShipperConfig) -> Result<()> {
+    // Before anything slow: a SIGTERM from now on is handled, never the default kill.
+    let mut signals = Signals::install()?;
+    notify::status("starting: scanning the WAL directory, connecting to the applier");
     let (ca, chain, key) = tls_material(&cfg.tls)?;
     let opts = options(&cfg)?;
     let shipper = Arc::new(
         tokio::task::spawn_blocking(move || Shipper::start(opts, TlsMaterial { ca, chain, key }))
             .await??,
     );
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
-    let st = shipper.clone();
-    let admin_task = tokio::spawn(async move {
-        admin::serve(&socket, router(st), async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        })
+    let (st, admin_stop) = (shipper.clone(), stopped());
+    let mut admin_task =
+        tokio::spawn(
+            async move { admin::serve_bound(listener, &socket, router(st), admin_stop).await },
+        );
+    if let Some(addr) = cfg.metrics_listen {
+        let r = metrics::metrics_only(get(metrics), shipper.clone());
+        metrics::serve_tcp(addr, r, stopped()).await?;
+    }
+    // READY=1 once every lane's first connection attempt has ended (or timed out here).
+    let s2 = shipper.clone();
+    let started = tokio::task::spawn_blocking(move || s2.wait_started(FIRST_ATTEMPT_WAIT))
         .await
-    });
+        .unwrap_or(false);
+    if !started {
+        tracing::warn!(applier = %cfg.applier, "no answer from the applier yet; ready anyway, the lanes keep trying");
+    }
     tracing::info!(
         applier = %cfg.applier, wal_dir = %cfg.wal_dir.display(),
-        io_engine = shipper.io_engine().name(), lanes = shipper.lanes(), "shipper ready"
+        io_engine = shipper.io_engine().name(), lanes = shipper.lanes(),
+        connected_lanes = shipper.connected_lanes(), "shipper ready"
     );
     notify::ready();
-    let _watchdog = notify::spawn_watchdog();
-    notify::status(&format!(
-        "shipping {} to {} ({} lanes, io {})",
-        cfg.wal_dir.display(),
-        cfg.applier,
-        shipper.lanes(),
-        shipper.io_engine().name()
-    ));
-    let admin_failed = wait_for_signal(admin_task).await?;
+    let s3 = shipper.clone();
+    let _watchdog = notify::spawn_watchdog(move |limit| service::shipper_liveness(&s3, limit));
+    let (s4, applier) = (shipper.clone(), cfg.applier.clone());
+    let status_task = notify::spawn_status(service::STATUS_INTERVAL, move || {
+        service::shipper_status(&s4, &applier)
+    });
+    let admin_failed = signals.first(&mut admin_task).await?;
+    signals.during_stop(STOP_BOUND);
     notify::stopping();
+    if let Some(t) = status_task {
+        t.abort();
+    }
+    notify::status("stopping: recording acked positions, closing QUIC");
     let s2 = shipper.clone();
     tokio::task::spawn_blocking(move || s2.shutdown()).await?;
     let _ = stop_tx.send(true);
     if let Some(e) = admin_failed {
         return Err(e);
+    }
+    // Let the admin server finish its requests and remove the socket.
+    if let Ok(Ok(Err(e))) =
+        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
+    {
+        tracing::warn!("admin API: {e:#}");
     }
     tracing::info!("shipper stopped");
     Ok(())
@@ -165,48 +203,5 @@ async fn resume(
 }
 
 async fn metrics(State(s): State<Arc<Shipper>>) -> axum::response::Response {
-    let st = s.status();
-    let mut out = String::new();
-    type Field = fn(&tidelog_shipper::TabletShipStatus) -> u64;
-    let gauges: [(&str, &str, Field); 6] = [
-        (
-            "tidelog_shipper_durable_pos_bytes",
-            "Source durable end.",
-            |t| t.durable_pos,
-        ),
-        ("tidelog_shipper_shipped_pos_bytes", "Shipped up to.", |t| {
-            t.shipped_pos
-        }),
-        (
-            "tidelog_shipper_acked_pos_bytes",
-            "Acknowledged durable by the applier.",
-            |t| t.acked_pos,
-        ),
-        (
-            "tidelog_shipper_lag_bytes",
-            "Durable at the source, not yet acked.",
-            |t| t.lag_bytes,
-        ),
-        (
-            "tidelog_shipper_records_shipped_total",
-            "Records shipped.",
-            |t| t.records_shipped,
-        ),
-        ("tidelog_shipper_frames_total", "Frames sent.", |t| t.frames),
-    ];
-    for (name, help, f) in gauges {
-        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
-        for (t, row) in &st {
-            out.push_str(&format!("{name}{{tablet=\"{t}\"}} {}\n", f(row)));
-        }
-    }
-    out.push_str(&format!(
-        "# HELP tidelog_shipper_io_engine The WAL read engine in use.\n# TYPE tidelog_shipper_io_engine gauge\ntidelog_shipper_io_engine{{engine=\"{}\"}} 1\n",
-        s.io_engine().name()
-    ));
-    out.push_str(&format!(
-        "# HELP tidelog_shipper_connected_lanes Lanes with a live QUIC connection.\n# TYPE tidelog_shipper_connected_lanes gauge\ntidelog_shipper_connected_lanes {}\n",
-        s.connected_lanes()
-    ));
-    admin::prometheus(out)
+    admin::prometheus(metrics::shipper(&s))
 }

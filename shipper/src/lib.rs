@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use rand::Rng;
 use tidelog_wal::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
-use tidelog_wal::{TabletId, WalPos};
+use tidelog_wal::{Heartbeat, TabletId, WalPos};
 use tokio::sync::{mpsc, Notify};
 
 use crate::io::{IoChoice, IoEngine};
@@ -133,6 +133,10 @@ pub struct TabletShip {
     records_shipped: AtomicU64,
     records_acked: AtomicU64,
     frames: AtomicU64,
+    /// Payload bytes shipped (frames written to the stream) since start.
+    bytes_shipped: AtomicU64,
+    /// Times the tablet's stream was reopened after an error.
+    reopens: AtomicU64,
     state: AtomicU8,
     paused: AtomicBool,
     lane: AtomicU64,
@@ -161,6 +165,8 @@ pub struct TabletShipStatus {
     pub records_shipped: u64,
     pub records_acked: u64,
     pub frames: u64,
+    pub bytes_shipped: u64,
+    pub stream_reopens: u64,
     pub state: &'static str,
     pub lane: u64,
     pub error: Option<String>,
@@ -175,6 +181,23 @@ struct Shared {
     tablets: Mutex<BTreeMap<TabletId, Arc<TabletShip>>>,
     shutdown: AtomicBool,
     connected_lanes: AtomicU64,
+    /// Connections to the applier lost (each followed by a reconnect attempt).
+    reconnects: AtomicU64,
+    /// One per lane: beaten by a task on the lane's own thread every 100 ms, so a lane
+    /// thread that blocks (a stuck read, a deadlock) stops beating.
+    lane_beats: Vec<Heartbeat>,
+    /// Per lane: its first connection attempt has ended (connected or failed), or it has
+    /// no tablets to connect for.
+    lane_started: Vec<AtomicBool>,
+    scanner_beat: Heartbeat,
+}
+
+impl Shared {
+    fn lane_settled(&self, lane: u32) {
+        if let Some(f) = self.lane_started.get(lane as usize) {
+            f.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// The running shipper.
@@ -214,6 +237,7 @@ impl Shipper {
         }
         // Fail early on an unusable TLS setup rather than in every lane.
         tls::client_config(&tls, &opts.quic)?;
+        let lanes = opts.lanes;
         let shared = Arc::new(Shared {
             opts,
             engine,
@@ -222,28 +246,41 @@ impl Shipper {
             tablets: Mutex::new(BTreeMap::new()),
             shutdown: AtomicBool::new(false),
             connected_lanes: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            lane_beats: (0..lanes).map(|_| Heartbeat::new()).collect(),
+            lane_started: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
+            scanner_beat: Heartbeat::new(),
         });
-        let mut senders = Vec::new();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..lanes).map(|_| mpsc::unbounded_channel()).unzip();
+        // The tablets present now are queued before the lanes start, so each lane's first
+        // look sees them (and its first connection attempt includes them).
+        scan_once(&shared, &senders)?;
         let mut threads = Vec::new();
-        for i in 0..shared.opts.lanes {
-            let (tx, rx) = mpsc::unbounded_channel();
+        for (i, rx) in receivers.into_iter().enumerate() {
             let sh = shared.clone();
-            let h = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("ship-lane-{i}"))
                 .spawn(move || run_lane(sh, i as u32, rx))
-                .context("spawning a lane thread")?;
-            senders.push(tx);
-            threads.push(h);
+                .context("spawning a lane thread");
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    let s = Shipper {
+                        shared,
+                        senders,
+                        threads: Mutex::new(threads),
+                    };
+                    s.shutdown();
+                    return Err(e);
+                }
+            }
         }
         let s = Shipper {
             shared,
             senders,
             threads: Mutex::new(threads),
         };
-        if let Err(e) = scan_once(&s.shared, &s.senders) {
-            s.shutdown();
-            return Err(e);
-        }
         let (sh, tx) = (s.shared.clone(), s.senders.clone());
         let h = std::thread::Builder::new()
             .name("ship-scan".into())
@@ -268,6 +305,60 @@ impl Shipper {
 
     pub fn connected_lanes(&self) -> u64 {
         self.shared.connected_lanes.load(Ordering::Relaxed)
+    }
+
+    /// Connections to the applier lost since start (each followed by reconnect attempts).
+    pub fn reconnects(&self) -> u64 {
+        self.shared.reconnects.load(Ordering::Relaxed)
+    }
+
+    /// Whether every lane has finished its first connection attempt (connected or failed)
+    /// or has no tablet to connect for.
+    pub fn started(&self) -> bool {
+        self.shared
+            .lane_started
+            .iter()
+            .all(|f| f.load(Ordering::Acquire))
+    }
+
+    /// Blocks until [`started`](Self::started) or `timeout`; returns whether it started.
+    pub fn wait_started(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while !self.started() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// The oldest sign of life of the shipper's threads (the lanes and the scanner).
+    pub fn last_progress(&self) -> Instant {
+        self.shared
+            .lane_beats
+            .iter()
+            .chain(std::iter::once(&self.shared.scanner_beat))
+            .map(Heartbeat::last)
+            .min()
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// A thread that has shown no sign of life for longer than `limit`, named (`None`: all
+    /// alive). A lane beats every 100 ms from its own thread and the scanner every 50 ms,
+    /// so a healthy shipper never comes close to a limit of seconds.
+    pub fn stalled(&self, limit: Duration) -> Option<String> {
+        for (i, b) in self.shared.lane_beats.iter().enumerate() {
+            let age = b.age();
+            if age > limit {
+                return Some(format!(
+                    "shipper lane {i} has shown no progress for {age:?}"
+                ));
+            }
+        }
+        let age = self.shared.scanner_beat.age();
+        (age > limit)
+            .then(|| format!("the WAL directory scanner has shown no progress for {age:?}"))
     }
 
     /// Per-tablet status.
@@ -299,6 +390,8 @@ impl Shipper {
                         records_shipped: rs,
                         records_acked: ra,
                         frames: s.frames.load(Ordering::Relaxed),
+                        bytes_shipped: s.bytes_shipped.load(Ordering::Relaxed),
+                        stream_reopens: s.reopens.load(Ordering::Relaxed),
                         state: state.name(),
                         lane: s.lane.load(Ordering::Relaxed),
                         error: s.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
@@ -381,6 +474,7 @@ fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
     let step = Duration::from_millis(50);
     let mut next = Instant::now() + shared.opts.rescan_interval;
     while !shared.shutdown.load(Ordering::SeqCst) {
+        shared.scanner_beat.beat();
         std::thread::sleep(step);
         if Instant::now() < next {
             continue;
@@ -429,6 +523,19 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             return;
         }
     };
+    // The lane's heartbeat, beaten from this thread: it stops if anything blocks the thread.
+    let beat = {
+        let sh = shared.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                if let Some(b) = sh.lane_beats.get(lane as usize) {
+                    b.beat();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let _beat = AbortOnDrop(beat);
     let mut tablets: Vec<TabletId> = Vec::new();
     let mut backoff = shared.opts.reconnect_min;
     loop {
@@ -443,6 +550,8 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             return close(endpoint).await;
         }
         if tablets.is_empty() {
+            // Nothing to connect for: this lane is as started as it gets.
+            shared.lane_settled(lane);
             match rx.recv().await {
                 Some(LaneCmd::Add(t)) => tablets.push(t),
                 _ => return close(endpoint).await,
@@ -453,6 +562,8 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
         match connection(&shared, lane, &endpoint, &mut tablets, &mut rx).await {
             Ok(()) => return close(endpoint).await,
             Err(e) => {
+                shared.lane_settled(lane);
+                shared.reconnects.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     lane,
                     "connection to the applier at {} lost: {e:#}",
@@ -541,10 +652,21 @@ async fn connection(
     rx: &mut mpsc::UnboundedReceiver<LaneCmd>,
 ) -> Result<()> {
     let cc = tls::client_config(&shared.tls, &shared.opts.quic)?;
-    let conn = endpoint
-        .connect_with(cc, shared.opts.applier, &shared.opts.server_name)?
-        .await
-        .with_context(|| format!("connecting to {}", shared.opts.applier))?;
+    let connecting = endpoint.connect_with(cc, shared.opts.applier, &shared.opts.server_name)?;
+    tokio::pin!(connecting);
+    // An unreachable applier holds the handshake until the idle timeout: keep taking
+    // commands meanwhile, so a shutdown does not wait for it.
+    let conn = loop {
+        tokio::select! {
+            c = &mut connecting => {
+                break c.with_context(|| format!("connecting to {}", shared.opts.applier))?;
+            }
+            cmd = rx.recv() => match cmd {
+                Some(LaneCmd::Add(t)) => tablets.push(t),
+                _ => return Ok(()),
+            },
+        }
+    };
     let (mut csend, mut crecv) = conn.open_bi().await?;
     let conn = Rc::new(conn);
     // Control messages arrive through a channel: reading a QUIC stream is not cancel-safe,
@@ -565,6 +687,7 @@ async fn connection(
     let mut refused: Vec<(TabletId, Instant)> = Vec::new();
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
+    shared.lane_settled(lane);
     loop {
         if !announce.is_empty() {
             let hello = wire::Hello {
@@ -700,6 +823,7 @@ async fn tablet_task(
                     return;
                 }
                 tracing::warn!(tablet = %tablet, "tablet stream: {e:#}; reopening");
+                st.reopens.fetch_add(1, Ordering::Relaxed);
                 st.set_error(Some(format!("{e:#}")));
                 if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::NeedsBootstrap
                 {
@@ -869,6 +993,8 @@ async fn ship_stream(
                     st.shipped.store(pos.0, Ordering::Relaxed);
                     st.records_shipped
                         .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
+                    st.bytes_shipped
+                        .fetch_add(chunk.len as u64, Ordering::Relaxed);
                     st.frames.fetch_add(1, Ordering::Relaxed);
                     st.set_state(ShipState::Streaming);
                     last_send = Instant::now();

@@ -15,6 +15,7 @@ pub mod control;
 pub mod error;
 pub mod format;
 mod fsutil;
+pub mod heartbeat;
 pub mod ids;
 pub mod json;
 pub mod pos;
@@ -29,6 +30,7 @@ pub mod wire;
 pub mod writer;
 
 pub use error::{Error, ParseError, Result};
+pub use heartbeat::Heartbeat;
 pub use ids::{Gtid, TabletId, TrxId, TxnId};
 pub use pos::{AtomicWalPos, WalPos};
 pub use reader::{ReadLimit, Reader};

@@ -1,0 +1,256 @@
+//! `GET /metrics` of both daemons (issue #7): scraped from the admin sockets and from
+//! `metrics-listen` over TCP, valid for `promtool check metrics`, with the names the
+//! dashboards use, and per-tablet counters that move under traffic.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use common::*;
+use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write_records(wal: &Path, tablet: &str, n: usize) {
+    let t: TabletId = tablet.parse().unwrap();
+    let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
+    for i in 0..n {
+        let now = HybridTime::from_system_time(SystemTime::now());
+        let ht = match w.last_ht() {
+            Some(last) if last >= now => last.next(),
+            _ => now,
+        };
+        w.append(&Record::new(
+            ht,
+            Body::Write {
+                ops: vec![Op::put(format!("{tablet}/k{i}"), vec![b'x'; 100])],
+                trx_id: None,
+                gtid: None,
+            },
+        ))
+        .unwrap();
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+}
+
+/// `/metrics` through the admin socket.
+fn scrape_socket(socket: &Path) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                tidelog::ctl::call(socket, axum::http::Method::GET, "/metrics"),
+            )
+            .await
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.status.as_u16(), 200);
+    String::from_utf8(a.body.to_vec()).unwrap()
+}
+
+/// `/metrics` over plain HTTP on `metrics-listen`.
+fn scrape_tcp(port: u16) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("text/plain; version=0.0.4"),
+        "{head}"
+    );
+    body.to_string()
+}
+
+/// The value of one sample (`name{labels}` exactly as exposed), if present.
+fn value(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+fn promtool_check(what: &str, text: &str) {
+    let promtool = std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join("promtool"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "promtool is missing: run `bash .ci/run`, which installs Debian's prometheus \
+                 package (it ships promtool)"
+            )
+        });
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics on the {what}'s metrics: {said}\n{text}"
+    );
+}
+
+#[test]
+fn both_daemons_expose_valid_prometheus_metrics_that_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let (aport, sport) = (free_tcp_port(), free_tcp_port());
+    let c = Cluster::with(
+        dir.path(),
+        "batch",
+        &format!("metrics-listen = \"127.0.0.1:{aport}\"\n"),
+        &format!("lanes = 1\nmetrics-listen = \"127.0.0.1:{sport}\"\n"),
+    );
+    write_records(&c.wal, "t1", 50);
+    write_records(&c.wal, "t2", 30);
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    let applied = |t: &str, n: u64| {
+        api(&c.applier_sock, "GET", "/v1/status")
+            .is_some_and(|(_, v)| v["tablets"][t]["applied_records"].as_u64() == Some(n))
+    };
+    wait_for("t1, t2 applied", Duration::from_secs(30), || {
+        applied("t1", 50) && applied("t2", 30)
+    });
+    // The safe time is published shortly after the last batch.
+    wait_for("safe time", Duration::from_secs(30), || {
+        value(
+            &scrape_socket(&c.applier_sock),
+            "tidelog_applier_safe_time_initialized",
+        ) == Some(1.0)
+    });
+
+    let a1 = scrape_socket(&c.applier_sock);
+    let s1 = scrape_socket(&c.shipper_sock);
+    promtool_check("applier", &a1);
+    promtool_check("shipper", &s1);
+    for name in [
+        "tidelog_applier_role{role=\"replica\"} 1",
+        "# TYPE tidelog_applier_received_bytes_total counter",
+        "tidelog_applier_received_records_total{tablet=\"t1\"} 50",
+        "tidelog_applier_applied_records_total{tablet=\"t1\"} 50",
+        "tidelog_applier_applied_records_total{tablet=\"t2\"} 30",
+        "# TYPE tidelog_applier_applied_bytes_total counter",
+        "tidelog_applier_received_pos_bytes{tablet=\"t1\"}",
+        "tidelog_applier_apply_lag_bytes{tablet=\"t1\"} 0",
+        "tidelog_applier_safe_time_seconds ",
+        "tidelog_applier_safe_time_lag_seconds ",
+        "tidelog_applier_safe_time_skew_seconds ",
+        "tidelog_applier_tablet_safe_time_lag_seconds{tablet=\"t2\"}",
+        "tidelog_applier_connections_total 1",
+        "tidelog_applier_frame_errors_total{tablet=\"t1\"} 0",
+        "tidelog_applier_checksum_errors_total{tablet=\"t1\"} 0",
+        "# TYPE tidelog_applier_apply_batch_duration_seconds histogram",
+        "tidelog_applier_apply_batch_duration_seconds_bucket{le=\"+Inf\"}",
+        "tidelog_applier_apply_batch_duration_seconds_sum ",
+        "tidelog_applier_apply_batch_duration_seconds_count ",
+        "# TYPE tidelog_applier_trx_status_lookups_total counter",
+        "tidelog_applier_trx_status_lookups_total{state=\"COMMITTED\"} 0",
+    ] {
+        assert!(a1.contains(name), "applier metrics lack {name:?}:\n{a1}");
+    }
+    for name in [
+        "tidelog_shipper_io_engine{engine=",
+        "tidelog_shipper_connected_lanes 1",
+        "# TYPE tidelog_shipper_reconnects_total counter",
+        "tidelog_shipper_shipped_records_total{tablet=\"t1\"} 50",
+        "tidelog_shipper_acked_records_total{tablet=\"t2\"} 30",
+        "# TYPE tidelog_shipper_shipped_bytes_total counter",
+        "tidelog_shipper_acked_pos_bytes{tablet=\"t1\"}",
+        "tidelog_shipper_lag_bytes{tablet=\"t1\"} 0",
+        "tidelog_shipper_stream_reopens_total{tablet=\"t1\"} 0",
+    ] {
+        assert!(s1.contains(name), "shipper metrics lack {name:?}:\n{s1}");
+    }
+    // The applier acknowledged exactly what the shipper counts as acked.
+    let acked = value(&s1, "tidelog_shipper_acked_pos_bytes{tablet=\"t1\"}").unwrap();
+    assert_eq!(
+        value(&a1, "tidelog_applier_received_pos_bytes{tablet=\"t1\"}"),
+        Some(acked)
+    );
+    let batches = value(&a1, "tidelog_applier_apply_batch_duration_seconds_count").unwrap();
+    assert!(batches >= 2.0, "{batches} apply batches for two tablets");
+
+    // More traffic on t1 only: its counters move, t2's do not.
+    write_records(&c.wal, "t1", 25);
+    wait_for("t1 applied again", Duration::from_secs(30), || {
+        applied("t1", 75)
+    });
+    let a2 = scrape_tcp(aport);
+    let s2 = scrape_tcp(sport);
+    promtool_check("applier (tcp)", &a2);
+    promtool_check("shipper (tcp)", &s2);
+    let get = |t: &str, s: &str| value(t, s).unwrap_or_else(|| panic!("{s} missing:\n{t}"));
+    assert_eq!(
+        get(&a2, "tidelog_applier_applied_records_total{tablet=\"t1\"}"),
+        75.0
+    );
+    assert_eq!(
+        get(&a2, "tidelog_applier_applied_records_total{tablet=\"t2\"}"),
+        30.0
+    );
+    assert!(
+        get(&a2, "tidelog_applier_applied_bytes_total{tablet=\"t1\"}")
+            > get(&a1, "tidelog_applier_applied_bytes_total{tablet=\"t1\"}")
+    );
+    assert!(
+        get(&a2, "tidelog_applier_received_bytes_total{tablet=\"t1\"}")
+            > get(&a1, "tidelog_applier_received_bytes_total{tablet=\"t1\"}")
+    );
+    assert_eq!(
+        get(&a2, "tidelog_applier_received_bytes_total{tablet=\"t2\"}"),
+        get(&a1, "tidelog_applier_received_bytes_total{tablet=\"t2\"}")
+    );
+    assert!(get(&a2, "tidelog_applier_apply_batch_duration_seconds_count") > batches);
+    assert_eq!(
+        get(&s2, "tidelog_shipper_shipped_records_total{tablet=\"t1\"}"),
+        75.0
+    );
+    assert!(
+        get(&s2, "tidelog_shipper_shipped_bytes_total{tablet=\"t1\"}")
+            > get(&s1, "tidelog_shipper_shipped_bytes_total{tablet=\"t1\"}")
+    );
+    // Only /metrics on the TCP listener: the admin API stays on the socket.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", aport)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 404"), "{text}");
+}

@@ -1,0 +1,448 @@
+//! The daemons as systemd services (issue #7). The test plays systemd's side: a
+//! `NOTIFY_SOCKET` datagram socket, `WATCHDOG_USEC` and `WATCHDOG_PID` (the daemon's own pid,
+//! set by a `sh -c 'WATCHDOG_PID=$$ exec …'` wrapper) and checks the order of what the real
+//! `tidelog apply` / `tidelog ship` binaries say: `STATUS=` first, `READY=1` only once the
+//! admin socket answers, `WATCHDOG=1` about every half interval, `STOPPING=1` on SIGTERM,
+//! exit 0. Also: a second SIGTERM or a SIGQUIT exits at once, logs carry no ANSI colours and
+//! follow `log-level`/RUST_LOG, and `systemd-analyze verify` accepts both units.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::*;
+use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+
+/// The watchdog interval the tests ask for (systemd's `WatchdogSec=`), in microseconds: short,
+/// with room for a loaded CI machine's scheduling delays (pings every 500 ms, each gap
+/// must stay within 1 s).
+const WATCHDOG_USEC: u64 = 1_000_000;
+
+/// systemd's end of `NOTIFY_SOCKET`.
+struct Notify {
+    sock: UnixDatagram,
+    path: PathBuf,
+}
+
+impl Notify {
+    fn bind(dir: &Path) -> Notify {
+        let path = dir.join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        Notify { sock, path }
+    }
+
+    /// The next message (one datagram may hold several `KEY=value` lines), or `None` at the
+    /// deadline.
+    fn recv(&self, deadline: Instant) -> Option<(Instant, Vec<String>)> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        self.sock.set_read_timeout(Some(left)).unwrap();
+        let mut buf = [0u8; 4096];
+        match self.sock.recv(&mut buf) {
+            Ok(n) => Some((
+                Instant::now(),
+                String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+            )),
+            Err(_) => None,
+        }
+    }
+
+    /// Receives until a line satisfies `want`; returns every line seen before it and the
+    /// time it arrived. Panics at the deadline, naming what was seen.
+    fn until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        want: impl Fn(&str) -> bool,
+    ) -> (Instant, Vec<String>) {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            let Some((at, lines)) = self.recv(deadline) else {
+                panic!("no {what} within {timeout:?}; saw {seen:?}");
+            };
+            for l in lines {
+                if want(&l) {
+                    return (at, seen);
+                }
+                seen.push(l);
+            }
+        }
+    }
+}
+
+/// Starts `tidelog <what> --config cfg` the way systemd would with `Type=notify` and
+/// `WatchdogSec=`: `NOTIFY_SOCKET`, `WATCHDOG_USEC`, and `WATCHDOG_PID` = its own pid.
+fn start_notified(what: &'static str, cfg: &Path, notify: &Notify, log: &Path) -> Daemon {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("WATCHDOG_PID=$$; export WATCHDOG_PID; exec \"$0\" \"$1\" --config \"$2\"")
+        .arg(bin())
+        .arg(what)
+        .arg(cfg)
+        .env("NOTIFY_SOCKET", &notify.path)
+        .env("WATCHDOG_USEC", WATCHDOG_USEC.to_string())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Daemon {
+        child: Some(child),
+        what,
+    }
+}
+
+fn signal(d: &Daemon, sig: i32) {
+    let pid = d.pid();
+    assert!(pid > 0, "{} is not running", d.what);
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// Waits for the daemon to exit; panics at the deadline.
+fn wait_exit(d: &mut Daemon, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    let c = d.child.as_mut().unwrap();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            d.child = None;
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not exit within {timeout:?}",
+            d.what
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Appends `n` write records to `tablet` in `wal` (hybrid times from the wall clock) and
+/// syncs them.
+fn write_records(wal: &Path, tablet: &str, n: usize) {
+    let t: TabletId = tablet.parse().unwrap();
+    let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
+    for i in 0..n {
+        let now = HybridTime::from_system_time(SystemTime::now());
+        let ht = match w.last_ht() {
+            Some(last) if last >= now => last.next(),
+            _ => now,
+        };
+        let rec = Record::new(
+            ht,
+            Body::Write {
+                ops: vec![Op::put(format!("{tablet}/k{i}"), format!("v{i}"))],
+                trx_id: None,
+                gtid: None,
+            },
+        );
+        w.append(&rec).unwrap();
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+}
+
+/// The pings after READY: at least `n` of them, every gap within the watchdog interval.
+fn check_pings(notify: &Notify, n: usize) {
+    let interval = Duration::from_micros(WATCHDOG_USEC);
+    let deadline = Instant::now() + interval * (2 * n as u32 + 10);
+    let mut pings: Vec<Instant> = Vec::new();
+    while pings.len() < n {
+        let Some((at, lines)) = notify.recv(deadline) else {
+            panic!("only {} WATCHDOG=1 pings before the deadline", pings.len());
+        };
+        if lines.iter().any(|l| l == "WATCHDOG=1") {
+            pings.push(at);
+        }
+    }
+    let gaps: Vec<Duration> = pings.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g <= interval),
+        "a watchdog gap exceeds the interval {interval:?}: {gaps:?}"
+    );
+    // About half the interval: not a burst, not once per interval.
+    let total: Duration = gaps.iter().sum();
+    let mean = total / gaps.len() as u32;
+    assert!(
+        mean >= interval / 4 && mean <= interval * 3 / 4,
+        "mean ping gap {mean:?} is not about half of {interval:?}: {gaps:?}"
+    );
+}
+
+#[test]
+fn applier_notifies_status_ready_watchdog_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
+    write_records(&c.wal, "t1", 20);
+    let notify = Notify::bind(dir.path());
+    let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
+
+    // STATUS= (recovering) comes before READY=1, and at READY the admin socket answers.
+    let (_, before) = notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    assert!(
+        before.iter().any(|l| l.starts_with("STATUS=recovering")),
+        "no recovery STATUS before READY: {before:?}"
+    );
+    assert!(
+        !before.iter().any(|l| l == "WATCHDOG=1"),
+        "watchdog pings before READY: {before:?}"
+    );
+    let (code, status) = api(&c.applier_sock, "GET", "/v1/status")
+        .expect("the admin socket must answer once READY=1 was sent");
+    assert_eq!(code, 200);
+    assert_eq!(status["role"], "replica");
+    notify.until("STATUS with the safe time", Duration::from_secs(10), |l| {
+        l.starts_with("STATUS=safe time")
+    });
+
+    // Traffic, so apply workers and intake writers exist and their liveness counts.
+    let mut shipper = c.start_shipper();
+    wait_for("t1 applied", Duration::from_secs(30), || {
+        api(&c.applier_sock, "GET", "/v1/status")
+            .is_some_and(|(_, v)| v["tablets"]["t1"]["applied_records"].as_u64() == Some(20))
+    });
+    check_pings(&notify, 6);
+
+    // SIGTERM: STOPPING=1, then a clean exit.
+    signal(&applier, libc::SIGTERM);
+    notify.until("STOPPING=1", Duration::from_secs(10), |l| l == "STOPPING=1");
+    let st = wait_exit(&mut applier, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "applier exit: {st:?}");
+    assert!(
+        !c.applier_sock.exists(),
+        "the admin socket is removed on a clean stop"
+    );
+    assert!(shipper.terminate(Duration::from_secs(30)));
+}
+
+/// After a cutover the safe-time publisher is stopped on purpose: that is not a hang, and
+/// the pings go on past the 5 s a silent worker is given.
+#[test]
+fn a_promoted_applier_keeps_pinging_the_watchdog() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
+    write_records(&c.wal, "t1", 10);
+    let notify = Notify::bind(dir.path());
+    let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
+    notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    let mut shipper = c.start_shipper();
+    wait_for(
+        "t1 applied and safe time published",
+        Duration::from_secs(30),
+        || {
+            api(&c.applier_sock, "GET", "/v1/status").is_some_and(|(_, v)| {
+                v["tablets"]["t1"]["applied_records"].as_u64() == Some(10)
+                    && v["safe_time_initialized"] == true
+            })
+        },
+    );
+    assert!(shipper.terminate(Duration::from_secs(30)));
+    let (code, rep) = api(&c.applier_sock, "POST", "/v1/promote").unwrap();
+    assert_eq!(code, 200, "{rep}");
+    // 14 pings at 500 ms: about 7 s, more than notify::MIN_STALL.
+    check_pings(&notify, 14);
+    signal(&applier, libc::SIGTERM);
+    let st = wait_exit(&mut applier, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "applier exit: {st:?}");
+}
+
+#[test]
+fn shipper_notifies_ready_after_connecting_then_watchdog_and_stopping() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
+    write_records(&c.wal, "t1", 10);
+    let _applier = c.start_applier();
+    wait_for("applier socket", Duration::from_secs(30), || {
+        api(&c.applier_sock, "GET", "/v1/status").is_some()
+    });
+    let notify = Notify::bind(dir.path());
+    let mut shipper = start_notified("ship", &c.shipper_cfg, &notify, &dir.path().join("s.log"));
+
+    let (_, before) = notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    assert!(
+        before.iter().any(|l| l.starts_with("STATUS=")),
+        "no STATUS before READY: {before:?}"
+    );
+    // READY=1 after the first connection attempt: with the applier up, it connected.
+    let (_, st) = api(&c.shipper_sock, "GET", "/v1/status")
+        .expect("the admin socket must answer once READY=1 was sent");
+    assert_eq!(st["connected_lanes"], 1, "{st}");
+    notify.until(
+        "STATUS with the shipping state",
+        Duration::from_secs(10),
+        |l| l.starts_with("STATUS=shipping 1 tablets"),
+    );
+    check_pings(&notify, 6);
+
+    signal(&shipper, libc::SIGTERM);
+    notify.until("STOPPING=1", Duration::from_secs(10), |l| l == "STOPPING=1");
+    let st = wait_exit(&mut shipper, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "shipper exit: {st:?}");
+}
+
+/// The graceful stop is held up by a stuck disk (the shipper's `acked.partial` is a FIFO
+/// nobody reads, so recording the acked position blocks); a second SIGTERM still ends the
+/// process at once, with 143.
+#[test]
+fn second_sigterm_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
+    write_records(&c.wal, "t1", 10);
+    let fifo = c.wal.join("t1").join("acked.partial");
+    let cpath = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cpath.as_ptr(), 0o600) }, 0);
+    let _applier = c.start_applier();
+    let notify = Notify::bind(dir.path());
+    let mut shipper = start_notified("ship", &c.shipper_cfg, &notify, &dir.path().join("s.log"));
+    notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    wait_for("t1 acked", Duration::from_secs(30), || {
+        api(&c.shipper_sock, "GET", "/v1/status")
+            .is_some_and(|(_, v)| v["tablets"]["t1"]["acked_pos"].as_u64() > Some(0))
+    });
+
+    signal(&shipper, libc::SIGTERM);
+    notify.until("STOPPING=1", Duration::from_secs(10), |l| l == "STOPPING=1");
+    // The stop is stuck on the FIFO: still running a while later.
+    let c2 = shipper.child.as_mut().unwrap();
+    let stuck_until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < stuck_until {
+        assert!(
+            c2.try_wait().unwrap().is_none(),
+            "the graceful stop was not held up: the test setup does not work"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    signal(&shipper, libc::SIGTERM);
+    let st = wait_exit(&mut shipper, Duration::from_secs(5));
+    assert_eq!(st.code(), Some(143), "exit after a second SIGTERM: {st:?}");
+    assert!(sent.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn sigquit_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "");
+    let notify = Notify::bind(dir.path());
+    let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
+    notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    signal(&applier, libc::SIGQUIT);
+    let st = wait_exit(&mut applier, Duration::from_secs(5));
+    assert_eq!(st.code(), Some(131), "exit after SIGQUIT: {st:?}");
+}
+
+/// Runs the applier with stderr to a file (not a terminal) until its admin socket answers,
+/// stops it, and returns what it logged.
+fn applier_log(extra: &str, rust_log: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::with(dir.path(), "batch", extra, "");
+    let log = dir.path().join("a.log");
+    let mut cmd = Command::new(bin());
+    cmd.arg("apply")
+        .arg("--config")
+        .arg(&c.applier_cfg)
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    if let Some(v) = rust_log {
+        cmd.env("RUST_LOG", v);
+    }
+    let mut d = Daemon {
+        child: Some(cmd.spawn().unwrap()),
+        what: "apply",
+    };
+    wait_for("admin socket", Duration::from_secs(30), || {
+        api(&c.applier_sock, "GET", "/v1/status").is_some()
+    });
+    assert!(d.terminate(Duration::from_secs(30)));
+    std::fs::read_to_string(&log).unwrap()
+}
+
+#[test]
+fn logs_are_plain_and_follow_log_level_unless_rust_log() {
+    // Default level info, no colours on a non-terminal stderr.
+    let text = applier_log("", None);
+    assert!(text.contains("applier ready"), "{text}");
+    assert!(!text.contains("\x1b["), "ANSI escapes in the log: {text:?}");
+    assert!(!text.contains("DEBUG"), "{text}");
+    // log-level from the config.
+    let text = applier_log("log-level = \"debug\"\n", None);
+    assert!(
+        text.contains("DEBUG"),
+        "log-level = debug logs no DEBUG line: {text}"
+    );
+    assert!(!text.contains("\x1b["), "{text:?}");
+    // RUST_LOG wins over the config.
+    let text = applier_log("log-level = \"debug\"\n", Some("warn"));
+    assert!(
+        !text.contains("DEBUG") && !text.contains(" INFO "),
+        "{text}"
+    );
+}
+
+/// `systemd-analyze verify` on both units, with ExecStart/ExecStartPre pointing at the
+/// built binary (the units name /usr/bin/tidelog, which a test machine does not have).
+#[test]
+fn systemd_units_verify() {
+    let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or_else(|| {
+            panic!(
+                "systemd-analyze is missing: run `bash .ci/run`, which installs Debian's \
+                 systemd package (apt-get install --no-install-recommends systemd)"
+            )
+        });
+    let units = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../systemd");
+    let dir = tempfile::tempdir().unwrap();
+    for unit in ["tidelog-applier.service", "tidelog-shipper.service"] {
+        let text = std::fs::read_to_string(units.join(unit)).unwrap();
+        assert!(text.contains("/usr/bin/tidelog "), "{unit}");
+        let copy = dir.path().join(unit);
+        std::fs::write(
+            &copy,
+            text.replace("/usr/bin/tidelog ", &format!("{} ", bin())),
+        )
+        .unwrap();
+        let out = Command::new(analyze)
+            .arg("verify")
+            .arg(&copy)
+            .env("SYSTEMD_LOG_LEVEL", "notice")
+            .output()
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{unit}: systemd-analyze verify failed:\n{all}"
+        );
+        for bad in [
+            "Unknown key",
+            "Unknown section",
+            "Failed",
+            "bad-setting",
+            "Invalid",
+        ] {
+            assert!(!all.contains(bad), "{unit}: {bad:?} in:\n{all}");
+        }
+    }
+}
