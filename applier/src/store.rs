@@ -23,6 +23,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+use fjall::config::PinningPolicy;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
@@ -30,6 +31,9 @@ use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos
 use crate::binlog::{self, Binlog, BinlogEntry, OpenKind};
 use crate::error::{Error, Result};
 use crate::keys;
+
+/// The default block cache: 256 MiB (fjall's own default is 32 MiB).
+pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 
 /// Keyspace names.
 pub const MVCC: &str = "mvcc";
@@ -172,6 +176,8 @@ pub struct Store {
     bl: Binlog,
     /// The cutover's cut (0: none). Every read is capped at it.
     cut: std::sync::atomic::AtomicU64,
+    /// `global/binlog_horizon`, cached (raised only by `expire_binlog`).
+    horizon: std::sync::atomic::AtomicU64,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions (the committed state of their `txns` records, so applying does not read
     /// them back from the LSM; resolved ones leave it).
@@ -188,8 +194,15 @@ impl fmt::Debug for Store {
 const RESEEK_AFTER: usize = 8;
 
 impl Store {
-    /// Opens (creating if needed) the store under `data_dir/store/`.
+    /// Opens (creating if needed) the store under `data_dir/store/` with the default
+    /// block cache ([`DEFAULT_CACHE_SIZE`]).
     pub fn open(data_dir: &Path) -> Result<Store> {
+        Store::open_with(data_dir, DEFAULT_CACHE_SIZE)
+    }
+
+    /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
+    /// by every keyspace.
+    pub fn open_with(data_dir: &Path, cache_size: u64) -> Result<Store> {
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -197,18 +210,31 @@ impl Store {
             source,
         })?;
         let db = Database::builder(&path)
+            .cache_size(cache_size)
             .open()
             .map_err(Error::store("open database"))?;
         let ks = |name: &'static str| {
             db.keyspace(name, KeyspaceCreateOptions::default)
                 .map_err(Error::store("open keyspace"))
         };
+        // The trx_status look-up keyspaces keep their filter and index blocks in memory on
+        // every level (~1–2 bytes a key): a random look-up over millions of ids then reads
+        // at most one data block, instead of re-reading megabyte filter blocks evicted from
+        // the block cache. (Stored with the keyspace: applies to keyspaces created so.)
+        let pinned = |name: &'static str| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default()
+                    .filter_block_pinning_policy(PinningPolicy::all(true))
+                    .index_block_pinning_policy(PinningPolicy::all(true))
+            })
+            .map_err(Error::store("open keyspace"))
+        };
         let (mvcc, txns, meta, pending) = (ks(MVCC)?, ks(TXNS)?, ks(META)?, ks(PENDING)?);
         let bl = Binlog {
             binlog: ks(binlog::BINLOG)?,
-            trx: ks(binlog::TRX)?,
-            trx_open: ks(binlog::TRX_OPEN)?,
-            gtid: ks(binlog::GTID)?,
+            trx: pinned(binlog::TRX)?,
+            trx_open: pinned(binlog::TRX_OPEN)?,
+            gtid: pinned(binlog::GTID)?,
         };
         let mut store = Store {
             db,
@@ -218,11 +244,13 @@ impl Store {
             pending,
             bl,
             cut: std::sync::atomic::AtomicU64::new(0),
+            horizon: std::sync::atomic::AtomicU64::new(0),
             write_lock: Mutex::new(HashMap::new()),
         };
         if let Some(c) = store.cutover()? {
             *store.cut.get_mut() = c.cut.0;
         }
+        *store.horizon.get_mut() = store.read_binlog_horizon()?.0;
         Ok(store)
     }
 
@@ -414,8 +442,14 @@ impl Store {
     }
 
     /// Binlog entries with `commit_ht` below this may have been removed by retention
-    /// (`MIN`: none ever was).
+    /// (`MIN`: none ever was). No store read: cached.
     pub fn binlog_horizon(&self) -> Result<HybridTime> {
+        Ok(HybridTime(
+            self.horizon.load(std::sync::atomic::Ordering::Acquire),
+        ))
+    }
+
+    fn read_binlog_horizon(&self) -> Result<HybridTime> {
         match self
             .meta
             .get(BINLOG_HORIZON)
@@ -440,10 +474,15 @@ impl Store {
     pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
         let mut b = self.db.batch();
         let (n, done) = self.bl.expire(&mut b, before, max)?;
-        if n > 0 && before > self.binlog_horizon()? {
+        let raise = n > 0 && before > self.binlog_horizon()?;
+        if raise {
             b.insert(&self.meta, BINLOG_HORIZON, before.0.to_le_bytes().to_vec());
         }
         self.commit(b, Durability::Buffered)?;
+        if raise {
+            self.horizon
+                .fetch_max(before.0, std::sync::atomic::Ordering::Release);
+        }
         Ok((n, done))
     }
 

@@ -174,6 +174,8 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         }
     };
     a.connect_id = Some(trx.connect_id);
+    let bl = store.binlog();
+    let commit = bl.trx_commit(trx)?;
     // On a promoted target: the hint, when the client saw a commit above the cut.
     let mut hint_after_cut = None;
     // The client's hint is not visible here yet: the target is behind the client.
@@ -186,7 +188,16 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
                 return Ok(a);
             }
         };
-        if cut.is_none() {
+        // A visible commit of this trx at or after the hint in its domain: the hint is
+        // visible too (gtid seq grows in commit order), no gtid read needed.
+        let covered = commit.as_ref().is_some_and(|c| {
+            view.safe_time().is_some_and(|s| s >= c.commit_ht)
+                && c.gtid
+                    .is_some_and(|cg| cg.domain == g.domain && g.seq <= cg.seq)
+        });
+        if cut.is_none() && covered {
+            a.caught_up = true;
+        } else if cut.is_none() {
             match hint(store, view, g, deadline)? {
                 Hint::Visible => a.caught_up = true,
                 Hint::Foreign(g) => {
@@ -213,8 +224,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         a.safe_time = view.safe_time();
     }
     let safe = a.safe_time;
-    let bl = store.binlog();
-    if let Some(c) = bl.trx_commit(trx)? {
+    if let Some(c) = commit {
         a.commit_ht = Some(c.commit_ht);
         a.gtid = c.gtid;
         a.txn = c.txn;

@@ -153,9 +153,9 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
-    let data_dir = cfg.data_dir.clone();
+    let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
     let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open(&data_dir))
+        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
             .await
             .context("opening the store")??,
     );

@@ -49,6 +49,9 @@ pub struct ApplierConfig {
     /// Segment file size of the received logs. Default `64MiB`.
     #[serde(deserialize_with = "de_size")]
     pub segment_size: u64,
+    /// The store's block cache, shared by all its keyspaces. Default `256MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub cache_size: u64,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
     /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
     #[serde(deserialize_with = "de_tls_applier")]
@@ -261,6 +264,7 @@ impl Default for ApplierConfig {
             binlog_retention: Duration::from_secs(24 * 3600),
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
+            cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,
@@ -653,6 +657,7 @@ max-staleness = "90s"
 binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
+cache-size = "1GiB"
 [tls]
 ca = "/x/ca.pem"
 key = "/x/a.key"
@@ -672,6 +677,8 @@ idle-timeout = "1m"
         assert_eq!(c.expect_tablets.len(), 2);
         assert_eq!(c.expect_tablets[1].as_str(), "t-2");
         assert_eq!(c.segment_size, 1 << 30);
+        assert_eq!(c.cache_size, 1 << 30);
+        assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
         assert_eq!(c.tls.ca, PathBuf::from("/x/ca.pem"));
         assert_eq!(c.tls.cert, PathBuf::from("/etc/tidelog/tls/applier.pem"));
         assert_eq!(c.tls.key, PathBuf::from("/x/a.key"));
