@@ -111,14 +111,19 @@ pub struct E2eArgs {
 // ---- child processes ----
 
 /// A `tidelog` daemon child, SIGKILLed if still running when dropped.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Option<Child>,
     what: &'static str,
     log: PathBuf,
 }
 
 impl Daemon {
-    fn spawn(exe: &Path, what: &'static str, config: &Path, log: &Path) -> Result<Daemon> {
+    pub(crate) fn spawn(
+        exe: &Path,
+        what: &'static str,
+        config: &Path,
+        log: &Path,
+    ) -> Result<Daemon> {
         let f =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
@@ -138,11 +143,11 @@ impl Daemon {
         })
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
-    fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some(c) = &mut self.child {
             if let Some(st) = c.try_wait()? {
                 bail!(
@@ -156,7 +161,7 @@ impl Daemon {
     }
 
     /// SIGTERM and wait (SIGKILL after `timeout`).
-    fn stop(&mut self, timeout: Duration) {
+    pub(crate) fn stop(&mut self, timeout: Duration) {
         let Some(mut c) = self.child.take() else {
             return;
         };
@@ -183,7 +188,7 @@ impl Drop for Daemon {
     }
 }
 
-fn tidelog_exe() -> Result<PathBuf> {
+pub(crate) fn tidelog_exe() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating this binary")?;
     let exe = me
         .parent()

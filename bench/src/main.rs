@@ -6,12 +6,15 @@
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
+//! tidelog-bench trx-status [--commits 10000000] [--data-dir D] [--no-pg] [--json FILE]
 //! ```
 
 mod e2e;
 mod load_cmd;
+mod pgwire;
 mod ship;
 mod stats;
+mod trx_bench;
 mod wal_bench;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +36,10 @@ enum Cmd {
     Ship(ship::ShipArgs),
     /// Source load → tidelog ship → tidelog apply: txn/s, apply rate and safe-time lag.
     E2e(e2e::E2eArgs),
+    /// trx_status look-ups on a binlog of millions of commits: library, admin API, and
+    /// PostgreSQL's pg_xact_status as the baseline.
+    #[command(name = "trx-status")]
+    TrxStatus(trx_bench::TrxArgs),
     /// (internal) the applier peer process of `ship`.
     #[command(name = "__applier", hide = true)]
     Applier(ship::ApplierArgs),
@@ -48,6 +55,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Load(args) => load_cmd::run(args),
         Cmd::Ship(args) => ship::run(&args),
         Cmd::E2e(args) => e2e::run(&args),
+        Cmd::TrxStatus(args) => trx_bench::run(&args),
         Cmd::Applier(args) => ship::run_applier(&args),
         Cmd::Sink(args) => ship::run_sink(&args),
     }
