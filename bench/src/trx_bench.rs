@@ -710,7 +710,7 @@ async fn api_get(sender: &mut Sender, path: &str) -> Result<(u16, Bytes)> {
 
 fn api_path(q: &Query) -> String {
     match &q.hint {
-        Some(g) => format!("/v1/trx/{}?gtid={g}&wait=0s", q.trx),
+        Some(g) => format!("/v1/trx/{}?gtid={g}", q.trx),
         None => format!("/v1/trx/{}", q.trx),
     }
 }
