@@ -467,29 +467,24 @@ fn replay(m: &Manifest) -> Gen {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Case {
-    HitNoHint,
-    HitHint,
-    MissNoHint,
-    MissHint,
+    Hit,
+    HitWithHint,
+    Miss,
+    MissWithHint,
 }
 
 impl Case {
-    const ALL: [Case; 4] = [
-        Case::HitNoHint,
-        Case::HitHint,
-        Case::MissNoHint,
-        Case::MissHint,
-    ];
+    const ALL: [Case; 4] = [Case::Hit, Case::HitWithHint, Case::Miss, Case::MissWithHint];
     fn name(self) -> &'static str {
         match self {
-            Case::HitNoHint => "hit, no hint",
-            Case::HitHint => "hit, hint",
-            Case::MissNoHint => "miss, no hint",
-            Case::MissHint => "miss, hint",
+            Case::Hit => "hit, no hint",
+            Case::HitWithHint => "hit, hint",
+            Case::Miss => "miss, no hint",
+            Case::MissWithHint => "miss, hint",
         }
     }
     fn hit(self) -> bool {
-        matches!(self, Case::HitNoHint | Case::HitHint)
+        matches!(self, Case::Hit | Case::HitWithHint)
     }
 }
 
@@ -510,7 +505,7 @@ fn queries(case: Case, n: u64, m: &Manifest, gen: &Gen, rng: &mut Rng) -> Vec<Qu
                 let g = Gtid::new(0, 1, i + 1);
                 Query {
                     trx: format!("{}:{c}", m.connect_base + s as u64),
-                    hint: (case == Case::HitHint).then(|| g.to_string()),
+                    hint: (case == Case::HitWithHint).then(|| g.to_string()),
                     gtid: Some(g),
                 }
             } else {
@@ -533,7 +528,7 @@ fn queries(case: Case, n: u64, m: &Manifest, gen: &Gen, rng: &mut Rng) -> Vec<Qu
                 };
                 Query {
                     trx,
-                    hint: (case == Case::MissHint).then(|| any_gtid(rng)),
+                    hint: (case == Case::MissWithHint).then(|| any_gtid(rng)),
                     gtid: None,
                 }
             }
@@ -1445,7 +1440,7 @@ mod tests {
         assert_eq!(a.table, b.table);
         assert_eq!(a.table.len(), 5000);
         // Every session's commits are numbered 1, 2, 3… in order.
-        let mut next = vec![1u32; 16];
+        let mut next = [1u32; 16];
         for (s, c) in &a.table {
             assert_eq!(*c, next[*s as usize]);
             next[*s as usize] += 1;
