@@ -76,9 +76,11 @@ start_cluster() {
     if [ "$(id -u)" = 0 ]; then
         id postgres >/dev/null 2>&1 || die "running as root but there is no postgres user to run the server as"
     fi
-    local dir
-    dir=$(mktemp -d /tmp/tidelog-pg.XXXXXX)
-    trap 'stop_cluster "$dir"' ERR
+    # Global, not local: the EXIT trap runs after this function has returned.
+    PG_DIR=$(mktemp -d /tmp/tidelog-pg.XXXXXX)
+    local dir=$PG_DIR
+    # Any failure from here on (set -e, or die's exit) stops and removes the cluster.
+    trap 'stop_cluster "$PG_DIR"' EXIT
     if [ "$(id -u)" = 0 ]; then
         chown postgres: "$dir"
     fi
@@ -123,8 +125,10 @@ start_cluster() {
     echo "last_xid=$last"
     echo "aborted_file=$dir/aborted.txt"
     echo "build_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
-    echo "version=$(as_pg "${psql[@]}" -c "SHOW server_version")"
-    trap - ERR
+    local version
+    version=$(as_pg "${psql[@]}" -c "SHOW server_version")
+    trap - EXIT
+    echo "version=$version"
 }
 
 case "${1:-}" in
