@@ -7,13 +7,16 @@
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
 //! tidelog-bench cutover [--sizes 10k,1M,10M] [--json FILE]
+//! tidelog-bench trx-status [--commits 10000000] [--data-dir D] [--no-pg] [--json FILE]
 //! ```
 
 mod cutover;
 mod e2e;
 mod load_cmd;
+mod pgwire;
 mod ship;
 mod stats;
+mod trx_bench;
 mod wal_bench;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +40,10 @@ enum Cmd {
     E2e(e2e::E2eArgs),
     /// Promotion time with 10 k / 1 M / 10 M versions above the cut, and clean-up rate.
     Cutover(cutover::CutoverArgs),
+    /// trx_status look-ups on a binlog of millions of commits: library, admin API, and
+    /// PostgreSQL's pg_xact_status as the baseline.
+    #[command(name = "trx-status")]
+    TrxStatus(trx_bench::TrxArgs),
     /// (internal) the applier peer process of `ship`.
     #[command(name = "__applier", hide = true)]
     Applier(ship::ApplierArgs),
@@ -53,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Ship(args) => ship::run(&args),
         Cmd::E2e(args) => e2e::run(&args),
         Cmd::Cutover(args) => cutover::run(&args),
+        Cmd::TrxStatus(args) => trx_bench::run(&args),
         Cmd::Applier(args) => ship::run_applier(&args),
         Cmd::Sink(args) => ship::run_sink(&args),
     }

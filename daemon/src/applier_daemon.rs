@@ -661,8 +661,8 @@ async fn trx_status_empty(
 }
 
 /// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
-/// (`UNKNOWN` with a reason); only a bad `wait` is a 400. Without a hint the look-up is a
-/// few point reads and runs inline; a hint may wait, so it runs on the blocking pool.
+/// (`UNKNOWN` with a reason); only a bad `wait` is a 400. The look-up is a few point reads
+/// and runs inline; only a hint that is not visible yet waits, on the blocking pool.
 async fn trx_status(
     State(s): State<ApplierState>,
     ApiPath(trx_id): ApiPath<String>,
@@ -673,7 +673,7 @@ async fn trx_status(
         Some(w) => admin::parse_wait("wait", w)?.min(MAX_TRX_WAIT),
     };
     let has_hint = q.gtid.is_some();
-    let ask = move |s: &ApplierState| {
+    let ask = move |s: &ApplierState, wait: std::time::Duration| {
         tidelog_applier::trx::trx_status(
             &s.store,
             &*s.consistency,
@@ -686,12 +686,21 @@ async fn trx_status(
         )
     };
     let answer = if !has_hint {
-        ask(&s)
+        ask(&s, wait)
     } else {
-        let s2 = s.clone();
-        tokio::task::spawn_blocking(move || ask(&s2))
-            .await
-            .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+        // A hint that is already visible needs no wait: answer inline (point reads, like
+        // the no-hint case). Only a hint the target has not reached yet (`caught_up:
+        // false`) is asked again on the blocking pool, where it may wait up to `wait`.
+        let first =
+            ask(&s, std::time::Duration::ZERO).map_err(|e| ApiError::internal(&e.into()))?;
+        if first.caught_up || wait.is_zero() {
+            Ok(first)
+        } else {
+            let s2 = s.clone();
+            tokio::task::spawn_blocking(move || ask(&s2, wait))
+                .await
+                .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+        }
     }
     .map_err(|e| ApiError::internal(&e.into()))?;
     if let Some(i) = TrxState::ALL.iter().position(|st| *st == answer.state) {
