@@ -1095,7 +1095,7 @@ pub fn run(args: &TrxArgs) -> Result<()> {
 fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let machine = format!(
-        "{cpus} CPUs shared with two other engineers' builds and benchmarks, kernel {}",
+        "{cpus} CPUs, kernel {}",
         kernel_release()
     );
     let loadavg_start = loadavg();
@@ -1296,7 +1296,7 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     let loadavg_end = loadavg();
     println!();
     println!(
-        "== trx_status on a binlog of {} commits ({} tablets); machine shared with two other engineers (load average {loadavg_start} at start, {loadavg_end} at end) ==",
+        "== trx_status on a binlog of {} commits ({} tablets) (load average {loadavg_start} at start, {loadavg_end} at end) ==",
         fmt_int(manifest.commits),
         manifest.tablets
     );
