@@ -23,7 +23,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use fjall::config::PinningPolicy;
+use fjall::config::{BlockSizePolicy, CompressionPolicy, HashRatioPolicy, PinningPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
@@ -221,11 +221,17 @@ impl Store {
         // every level (~1–2 bytes a key): a random look-up over millions of ids then reads
         // at most one data block, instead of re-reading megabyte filter blocks evicted from
         // the block cache. (Stored with the keyspace: applies to keyspaces created so.)
+        // Their data blocks are small (1 KiB), uncompressed and hash-indexed: a look-up that
+        // misses the block cache reads, checksums and searches one small block.
         let pinned = |name: &'static str| {
             db.keyspace(name, || {
-                KeyspaceCreateOptions::default()
+                let mut o = KeyspaceCreateOptions::default()
                     .filter_block_pinning_policy(PinningPolicy::all(true))
                     .index_block_pinning_policy(PinningPolicy::all(true))
+                    .data_block_compression_policy(CompressionPolicy::disabled())
+                    .data_block_hash_ratio_policy(HashRatioPolicy::all(0.75));
+                o.data_block_size_policy = BlockSizePolicy::all(1024);
+                o
             })
             .map_err(Error::store("open keyspace"))
         };
