@@ -1094,10 +1094,7 @@ pub fn run(args: &TrxArgs) -> Result<()> {
 
 fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let machine = format!(
-        "{cpus} CPUs, kernel {}",
-        kernel_release()
-    );
+    let machine = format!("{cpus} CPUs, kernel {}", kernel_release());
     let loadavg_start = loadavg();
     let clock = Clock::new();
     // The store lives in `<root>/applier` (the daemon's data-dir).
