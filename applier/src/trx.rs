@@ -175,7 +175,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     };
     a.connect_id = Some(trx.connect_id);
     let bl = store.binlog();
-    let commit = bl.trx_commit(trx)?;
+    let mut commit = bl.trx_commit(trx)?;
     // On a promoted target: the hint, when the client saw a commit above the cut.
     let mut hint_after_cut = None;
     // The client's hint is not visible here yet: the target is behind the client.
@@ -198,7 +198,10 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         if cut.is_none() && covered {
             a.caught_up = true;
         } else if cut.is_none() {
-            match hint(store, view, g, deadline)? {
+            let outcome = hint(store, view, g, deadline)?;
+            // It may have arrived while the hint was waited for.
+            commit = bl.trx_commit(trx)?;
+            match outcome {
                 Hint::Visible => a.caught_up = true,
                 Hint::Foreign(g) => {
                     a.reason = Some(format!(
