@@ -1338,13 +1338,6 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
                 pass: r <= API_OVER_PG_P99_BUDGET,
             });
         }
-    }
-    for c in Case::ALL {
-        let pg_case = if c.hit() {
-            "committed xid"
-        } else {
-            "aborted xid"
-        };
         if let (Some(a), Some(p)) = (
             find("library", c.name()),
             find("PostgreSQL pg_xact_status", pg_case),

@@ -8,10 +8,9 @@ mod common;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use common::*;
-use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
 fn free_tcp_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -19,28 +18,6 @@ fn free_tcp_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-fn write_records(wal: &Path, tablet: &str, n: usize) {
-    let t: TabletId = tablet.parse().unwrap();
-    let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
-    for i in 0..n {
-        let now = HybridTime::from_system_time(SystemTime::now());
-        let ht = match w.last_ht() {
-            Some(last) if last >= now => last.next(),
-            _ => now,
-        };
-        w.append(&Record::new(
-            ht,
-            Body::Write {
-                ops: vec![Op::put(format!("{tablet}/k{i}"), vec![b'x'; 100])],
-                trx_id: None,
-                gtid: None,
-            },
-        ))
-        .unwrap();
-    }
-    w.commit(SyncPolicy::Always).unwrap();
 }
 
 /// `/metrics` through the admin socket.
@@ -136,8 +113,8 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         &format!("metrics-listen = \"127.0.0.1:{aport}\"\n"),
         &format!("lanes = 1\nmetrics-listen = \"127.0.0.1:{sport}\"\n"),
     );
-    write_records(&c.wal, "t1", 50);
-    write_records(&c.wal, "t2", 30);
+    write_records(&c.wal, "t1", 50, |_| vec![b'x'; 100]);
+    write_records(&c.wal, "t2", 30, |_| vec![b'x'; 100]);
     let _applier = c.start_applier();
     let _shipper = c.start_shipper();
     let applied = |t: &str, n: u64| {
@@ -207,7 +184,7 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     assert!(batches >= 2.0, "{batches} apply batches for two tablets");
 
     // More traffic on t1 only: its counters move, t2's do not.
-    write_records(&c.wal, "t1", 25);
+    write_records(&c.wal, "t1", 25, |_| vec![b'x'; 100]);
     wait_for("t1 applied again", Duration::from_secs(30), || {
         applied("t1", 75)
     });

@@ -12,10 +12,9 @@ mod common;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use common::*;
-use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
 /// The watchdog interval the tests ask for (systemd's `WatchdogSec=`), in microseconds: short,
 /// with room for a loaded CI machine's scheduling delays (pings every 500 ms, each gap
@@ -130,30 +129,6 @@ fn wait_exit(d: &mut Daemon, timeout: Duration) -> ExitStatus {
     }
 }
 
-/// Appends `n` write records to `tablet` in `wal` (hybrid times from the wall clock) and
-/// syncs them.
-fn write_records(wal: &Path, tablet: &str, n: usize) {
-    let t: TabletId = tablet.parse().unwrap();
-    let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
-    for i in 0..n {
-        let now = HybridTime::from_system_time(SystemTime::now());
-        let ht = match w.last_ht() {
-            Some(last) if last >= now => last.next(),
-            _ => now,
-        };
-        let rec = Record::new(
-            ht,
-            Body::Write {
-                ops: vec![Op::put(format!("{tablet}/k{i}"), format!("v{i}"))],
-                trx_id: None,
-                gtid: None,
-            },
-        );
-        w.append(&rec).unwrap();
-    }
-    w.commit(SyncPolicy::Always).unwrap();
-}
-
 /// The pings after READY: at least `n` of them, every gap within the watchdog interval.
 fn check_pings(notify: &Notify, n: usize) {
     let interval = Duration::from_micros(WATCHDOG_USEC);
@@ -185,7 +160,7 @@ fn check_pings(notify: &Notify, n: usize) {
 fn applier_notifies_status_ready_watchdog_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
-    write_records(&c.wal, "t1", 20);
+    write_records(&c.wal, "t1", 20, |i| format!("v{i}").into_bytes());
     let notify = Notify::bind(dir.path());
     let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
 
@@ -233,7 +208,7 @@ fn applier_notifies_status_ready_watchdog_and_stopping() {
 fn a_promoted_applier_keeps_pinging_the_watchdog() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
-    write_records(&c.wal, "t1", 10);
+    write_records(&c.wal, "t1", 10, |i| format!("v{i}").into_bytes());
     let notify = Notify::bind(dir.path());
     let mut applier = start_notified("apply", &c.applier_cfg, &notify, &dir.path().join("a.log"));
     notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
@@ -262,7 +237,7 @@ fn a_promoted_applier_keeps_pinging_the_watchdog() {
 fn shipper_notifies_ready_after_connecting_then_watchdog_and_stopping() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
-    write_records(&c.wal, "t1", 10);
+    write_records(&c.wal, "t1", 10, |i| format!("v{i}").into_bytes());
     let _applier = c.start_applier();
     wait_for("applier socket", Duration::from_secs(30), || {
         api(&c.applier_sock, "GET", "/v1/status").is_some()
@@ -299,7 +274,7 @@ fn shipper_notifies_ready_after_connecting_then_watchdog_and_stopping() {
 fn second_sigterm_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::new(dir.path(), "batch", "lanes = 1\n");
-    write_records(&c.wal, "t1", 10);
+    write_records(&c.wal, "t1", 10, |i| format!("v{i}").into_bytes());
     let fifo = c.wal.join("t1").join("acked.partial");
     let cpath = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: mkfifo(3) with a valid NUL-terminated path.

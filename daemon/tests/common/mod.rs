@@ -241,3 +241,28 @@ pub fn scan_items(v: &Value) -> BTreeMap<String, String> {
 pub fn now_ht() -> u64 {
     tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now()).0
 }
+
+/// Appends `n` write records (`<tablet>/k<i>` = `value(i)`) to `tablet` in `wal` with the
+/// library writer, hybrid times from the wall clock, and syncs them.
+pub fn write_records(wal: &Path, tablet: &str, n: usize, value: impl Fn(usize) -> Vec<u8>) {
+    use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+    let t: TabletId = tablet.parse().unwrap();
+    let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
+    for i in 0..n {
+        let now = HybridTime::from_system_time(std::time::SystemTime::now());
+        let ht = match w.last_ht() {
+            Some(last) if last >= now => last.next(),
+            _ => now,
+        };
+        w.append(&Record::new(
+            ht,
+            Body::Write {
+                ops: vec![Op::put(format!("{tablet}/k{i}"), value(i))],
+                trx_id: None,
+                gtid: None,
+            },
+        ))
+        .unwrap();
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+}
