@@ -210,14 +210,19 @@ pub(crate) fn encode_entry(e: &BinlogEntry) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The tablet id a binlog or `trx_open` key ends with.
+fn key_tablet(b: &[u8]) -> Result<TabletId, String> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<TabletId>().ok())
+        .ok_or_else(|| "key does not end in a valid tablet id".to_string())
+}
+
 fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
     let (ht, tablet) = key
         .split_first_chunk::<8>()
         .ok_or_else(|| format!("key of {} bytes, expected at least 9", key.len()))?;
-    let tablet = std::str::from_utf8(tablet)
-        .ok()
-        .and_then(|s| s.parse::<TabletId>().ok())
-        .ok_or("key does not end in a valid tablet id")?;
+    let tablet = key_tablet(tablet)?;
     let mut c = Cur::new(v);
     let f = header(&mut c, F_TRX | F_GTID | F_TXN)?;
     let trx_id = (f & F_TRX != 0).then(|| get_trx(&mut c)).transpose()?;
@@ -325,10 +330,7 @@ fn decode_open(key: &[u8], v: &[u8]) -> Result<TrxOpen, String> {
     let (ht, tablet) = rest
         .split_first_chunk::<8>()
         .ok_or_else(|| format!("key of {} bytes, expected at least 25", key.len()))?;
-    let tablet = std::str::from_utf8(tablet)
-        .ok()
-        .and_then(|s| s.parse::<TabletId>().ok())
-        .ok_or("key does not end in a valid tablet id")?;
+    let tablet = key_tablet(tablet)?;
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != VERSION {
@@ -654,8 +656,11 @@ impl Retention {
             .name("binlog-retention".into())
             .spawn(move || loop {
                 if let Some(safe) = consistency.safe_time() {
-                    let now = HybridTime::from_system_time(SystemTime::now() - retention);
-                    let before = now.min(safe.next());
+                    // A retention reaching before the epoch keeps everything.
+                    let horizon = SystemTime::now()
+                        .checked_sub(retention)
+                        .map_or(HybridTime::MIN, HybridTime::from_system_time);
+                    let before = horizon.min(safe.next());
                     loop {
                         match store.expire_binlog(before, EXPIRE_BATCH) {
                             Ok((n, done)) => {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -18,6 +18,8 @@ use tidelog_wal::*;
 #[derive(Default)]
 struct Safe {
     v: AtomicU64,
+    /// Calls of `wait_for` so far (a look-up that waits).
+    waits: AtomicUsize,
     m: Mutex<()>,
     cv: Condvar,
 }
@@ -39,6 +41,7 @@ impl SafeTimeView for Safe {
     }
     fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
         let mut g = self.m.lock().unwrap();
+        self.waits.fetch_add(1, Ordering::SeqCst);
         loop {
             if self.v.load(Ordering::SeqCst) >= ht.0 {
                 return true;
@@ -270,7 +273,15 @@ fn a_hint_ahead_of_the_target_waits_then_reports_behind() {
     assert_eq!(ask(&s, &v, "1:2", None, 0).state, TrxState::Unknown);
     // It arrives and becomes visible while a look-up waits: COMMITTED, caught up.
     let (s2, v2) = (s.clone(), v.clone());
+    let before = v.waits.load(Ordering::SeqCst);
     let waiter = std::thread::spawn(move || ask(&s2, &v2, "1:2", Some("0-1-2"), 10_000));
+    // Apply only once the look-up is waiting (it read the indexes before), so the answer
+    // must come from what arrived during the wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while v.waits.load(Ordering::SeqCst) == before {
+        assert!(Instant::now() < deadline, "the look-up never waited");
+        std::thread::yield_now();
+    }
     a.apply(
         &s,
         20,

@@ -31,8 +31,9 @@ use tidelog_applier::store::{Durability, Store};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TrxId, WalPos};
 
-use crate::e2e::{tidelog_exe, Admin, Daemon};
+use crate::e2e::{tidelog_exe, Admin};
 use crate::stats::fmt_int;
+use tidelog::demo::Daemon;
 
 #[derive(Debug, Args)]
 pub struct CutoverArgs {
@@ -204,7 +205,13 @@ fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<
         fmt_int(commits),
         fmt_int((versions as f64 / build_s) as u64)
     );
-    let mut applier = Daemon::spawn(exe, "apply", &c.applier_cfg, &dir.join("applier.log"))?;
+    let mut applier = Daemon::spawn(
+        exe,
+        "apply",
+        &c.applier_cfg,
+        &dir.join("applier.log"),
+        "warn",
+    )?;
     let mut admin = Admin::new(&c.applier_sock);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -256,7 +263,9 @@ fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<
         std::thread::sleep(Duration::from_millis(20));
     }
     let cleanup = t.elapsed().as_secs_f64();
-    applier.stop(Duration::from_secs(30));
+    if let Err(e) = applier.stop(Duration::from_secs(30)) {
+        eprintln!("warning: {e:#}");
+    }
     let promote_ms = promote.as_secs_f64() * 1e3;
     Ok(Run {
         versions_above_cut: versions,

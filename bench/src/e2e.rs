@@ -36,7 +36,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,6 +46,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
+use tidelog::demo::Daemon;
 use tidelog::load::{self, CommitSample, LoadOptions, Workload};
 use tidelog_wal::SyncPolicy;
 
@@ -109,84 +110,6 @@ pub struct E2eArgs {
 }
 
 // ---- child processes ----
-
-/// A `tidelog` daemon child, SIGKILLed if still running when dropped.
-pub(crate) struct Daemon {
-    child: Option<Child>,
-    what: &'static str,
-    log: PathBuf,
-}
-
-impl Daemon {
-    pub(crate) fn spawn(
-        exe: &Path,
-        what: &'static str,
-        config: &Path,
-        log: &Path,
-    ) -> Result<Daemon> {
-        let f =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(exe)
-            .arg(what)
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(f)
-            .spawn()
-            .with_context(|| format!("starting {} {what}", exe.display()))?;
-        Ok(Daemon {
-            child: Some(child),
-            what,
-            log: log.to_path_buf(),
-        })
-    }
-
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    pub(crate) fn check_alive(&mut self) -> Result<()> {
-        if let Some(c) = &mut self.child {
-            if let Some(st) = c.try_wait()? {
-                bail!(
-                    "tidelog {} exited early with {st}; see {}",
-                    self.what,
-                    self.log.display()
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// SIGTERM and wait (SIGKILL after `timeout`).
-    pub(crate) fn stop(&mut self, timeout: Duration) {
-        let Some(mut c) = self.child.take() else {
-            return;
-        };
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = c.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 pub(crate) fn tidelog_exe() -> Result<PathBuf> {
     let me = std::env::current_exe().context("locating this binary")?;
@@ -466,8 +389,8 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source")?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
-    let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"))?;
-    let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"))?;
+    let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
+    let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "warn")?;
     let mut admin = Admin::new(&asock);
     let deadline = Instant::now() + Duration::from_secs(30);
     while admin.get("/v1/status").is_err() {
@@ -606,8 +529,11 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         .join()
         .map_err(|_| anyhow::anyhow!("the sampler thread panicked"))??;
     drop(watchdog);
-    shipper.stop(Duration::from_secs(10));
-    applier.stop(Duration::from_secs(10));
+    for d in [&mut shipper, &mut applier] {
+        if let Err(e) = d.stop(Duration::from_secs(10)) {
+            eprintln!("warning: {e:#}");
+        }
+    }
 
     Ok(Step {
         label: label.to_string(),

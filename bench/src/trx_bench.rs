@@ -56,10 +56,11 @@ use tidelog_applier::trx::{trx_status, SafeTimeView, TrxQuery, TrxState};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, Session, TabletId, TxnId, WalPos};
 
-use crate::e2e::{tidelog_exe, Daemon};
+use crate::e2e::tidelog_exe;
 use crate::pgwire::PgConn;
 use crate::stats::{fmt_int, new_histogram, ns_per_tick, Clock, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
+use tidelog::demo::Daemon;
 
 const PG_SCRIPT: &str = include_str!("../pg-baseline.sh");
 const MANIFEST: &str = "trx-bench.json";
@@ -800,7 +801,7 @@ fn run_api(
     let exe = tidelog_exe()?;
     let (cfg, sock) = write_applier_config(work, data_dir, args.tablets)?;
     let log = work.join("applier.log");
-    let mut daemon = Daemon::spawn(&exe, "apply", &cfg, &log)?;
+    let mut daemon = Daemon::spawn(&exe, "apply", &cfg, &log, "warn")?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -844,7 +845,9 @@ fn run_api(
         }
         Ok(out)
     });
-    daemon.stop(Duration::from_secs(30));
+    if let Err(e) = daemon.stop(Duration::from_secs(30)) {
+        eprintln!("warning: {e:#}");
+    }
     r
 }
 

@@ -80,6 +80,35 @@ pub async fn serve_bound(
     served
 }
 
+/// The daemon-wide stop signal for the servers it runs: `stop()` ends every future that
+/// `stopped()` handed out (the admin API, the metrics listener).
+#[derive(Debug)]
+pub struct StopSignal(tokio::sync::watch::Sender<bool>);
+
+impl StopSignal {
+    pub fn new() -> StopSignal {
+        StopSignal(tokio::sync::watch::channel(false).0)
+    }
+
+    /// A future that completes once [`StopSignal::stop`] is called.
+    pub fn stopped(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.subscribe();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    }
+
+    pub fn stop(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        StopSignal::new()
+    }
+}
+
 /// Binds the admin socket (see [`serve`]) with mode [`SOCKET_MODE`].
 pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
     if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -228,13 +228,8 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
     let cleanup = state.cleanup.clone();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let stop = admin::StopSignal::new();
+    let stopped = || stop.stopped();
     // Bound before READY=1: `tidelog ctl` works as soon as systemd says the unit started.
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
@@ -275,7 +270,7 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         }
     })
     .await?;
-    let _ = stop_tx.send(true);
+    stop.stop();
     if let Some(e) = admin_failed {
         return Err(e);
     }

@@ -36,35 +36,50 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-/// A child daemon, SIGKILLed if still running when dropped.
-struct Child2 {
+/// A `tidelog apply|ship` child process (the demo's, the benchmarks'), SIGKILLed if still
+/// running when dropped.
+#[derive(Debug)]
+pub struct Daemon {
     child: Option<Child>,
     what: &'static str,
+    log: PathBuf,
 }
 
-impl Child2 {
-    fn spawn(what: &'static str, config: &Path, log: &Path) -> Result<Child2> {
-        let exe = std::env::current_exe().context("locating this binary")?;
-        let log =
+impl Daemon {
+    /// Starts `exe what --config config` with stderr to `log` and `RUST_LOG=rust_log`.
+    pub fn spawn(
+        exe: &Path,
+        what: &'static str,
+        config: &Path,
+        log: &Path,
+        rust_log: &str,
+    ) -> Result<Daemon> {
+        let f =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(exe)
             .arg(what)
             .arg("--config")
             .arg(config)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(f)
             .spawn()
-            .with_context(|| format!("starting tidelog {what}"))?;
-        Ok(Child2 {
+            .with_context(|| format!("starting {} {what}", exe.display()))?;
+        Ok(Daemon {
             child: Some(child),
             what,
+            log: log.to_path_buf(),
         })
     }
 
-    /// SIGTERM and wait for a clean exit.
-    fn stop(&mut self, timeout: Duration) -> Result<()> {
+    /// The child's pid (0 once stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// SIGTERM and wait for a clean exit (SIGKILL after `timeout`, an error then).
+    pub fn stop(&mut self, timeout: Duration) -> Result<()> {
         let Some(mut c) = self.child.take() else {
             return Ok(());
         };
@@ -74,7 +89,11 @@ impl Child2 {
         loop {
             if let Some(st) = c.try_wait()? {
                 if !st.success() {
-                    bail!("tidelog {} exited with {st}", self.what);
+                    bail!(
+                        "tidelog {} exited with {st}; see {}",
+                        self.what,
+                        self.log.display()
+                    );
                 }
                 return Ok(());
             }
@@ -90,17 +109,22 @@ impl Child2 {
         }
     }
 
-    fn check_alive(&mut self) -> Result<()> {
+    /// An error if the child has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
         if let Some(c) = &mut self.child {
             if let Some(st) = c.try_wait()? {
-                bail!("tidelog {} exited early with {st}; see its log", self.what);
+                bail!(
+                    "tidelog {} exited early with {st}; see {}",
+                    self.what,
+                    self.log.display()
+                );
             }
         }
         Ok(())
     }
 }
 
-impl Drop for Child2 {
+impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -247,8 +271,15 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         cluster.port,
     );
     println!("  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}");
-    let mut applier = Child2::spawn("apply", &applier_cfg, &dir.join("applier.log"))?;
-    let mut shipper = Child2::spawn("ship", &shipper_cfg, &dir.join("shipper.log"))?;
+    let exe = std::env::current_exe().context("locating this binary")?;
+    let mut applier = Daemon::spawn(
+        &exe,
+        "apply",
+        &applier_cfg,
+        &dir.join("applier.log"),
+        "info",
+    )?;
+    let mut shipper = Daemon::spawn(&exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "info")?;
     let api = Api {
         rt: tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -268,8 +299,8 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     }
     println!(
         "  applier (pid {}) and shipper (pid {}) running\n",
-        applier.child.as_ref().map_or(0, Child::id),
-        shipper.child.as_ref().map_or(0, Child::id)
+        applier.pid(),
+        shipper.pid()
     );
 
     // The workload, on its own thread.

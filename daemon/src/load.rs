@@ -599,6 +599,16 @@ impl Gen {
         *self.by_kind.entry(kind.to_string()).or_default() += 1;
     }
 
+    /// Session `s` commits its current transaction: its trx id and the next gtid; the
+    /// session's last attempt is no longer an abort.
+    fn commit_session(&mut self, s: usize) -> (TrxId, Gtid) {
+        let trx_id = self.sessions[s].commit();
+        let gtid = self.gtids.next();
+        self.last_abort[s] = None;
+        self.last_commit = Some((trx_id, gtid));
+        (trx_id, gtid)
+    }
+
     fn sample(&self, ht: HybridTime, trx_id: TrxId, gtid: Gtid, kind: TxnKind, tablet: usize) {
         let Some(tx) = &self.opts.samples else {
             return;
@@ -647,8 +657,7 @@ impl Gen {
         let mut done = Vec::new();
         for (k, (t, ops)) in chunks.into_iter().enumerate() {
             let s = k % self.sessions.len();
-            let trx_id = self.sessions[s].commit();
-            let gtid = self.gtids.next();
+            let (trx_id, gtid) = self.commit_session(s);
             let ht = self.append(
                 t,
                 Body::Write {
@@ -891,10 +900,7 @@ impl Gen {
         for p in planned {
             if !p.distributed {
                 let (t, ops) = p.parts.into_iter().next().context("empty transaction")?;
-                let trx_id = self.sessions[p.session].commit();
-                let gtid = self.gtids.next();
-                self.last_abort[p.session] = None;
-                self.last_commit = Some((trx_id, gtid));
+                let (trx_id, gtid) = self.commit_session(p.session);
                 let ht = self.append(
                     t,
                     Body::Write {
@@ -963,10 +969,7 @@ impl Gen {
                 self.aborted += 1;
                 continue;
             }
-            let trx_id = self.sessions[s].commit();
-            let gtid = self.gtids.next();
-            self.last_abort[s] = None;
-            self.last_commit = Some((trx_id, gtid));
+            let (trx_id, gtid) = self.commit_session(s);
             let participants = participants
                 .iter()
                 .map(|&t| self.tablets[t].clone())

@@ -79,13 +79,8 @@ async fn serve(cfg: ShipperConfig) -> Result<()> {
         tokio::task::spawn_blocking(move || Shipper::start(opts, TlsMaterial { ca, chain, key }))
             .await??,
     );
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+    let stop = admin::StopSignal::new();
+    let stopped = || stop.stopped();
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
     let (st, admin_stop) = (shipper.clone(), stopped());
@@ -126,7 +121,7 @@ async fn serve(cfg: ShipperConfig) -> Result<()> {
     notify::status("stopping: recording acked positions, closing QUIC");
     let s2 = shipper.clone();
     tokio::task::spawn_blocking(move || s2.shutdown()).await?;
-    let _ = stop_tx.send(true);
+    stop.stop();
     if let Some(e) = admin_failed {
         return Err(e);
     }

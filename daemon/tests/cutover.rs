@@ -135,7 +135,11 @@ fn promote_under_load_with_a_lagging_tablet() {
     wait_for("safe time initialized", Duration::from_secs(60), || {
         safe_report(&c).is_some_and(|v| v["initialized"] == true)
     });
-    std::thread::sleep(Duration::from_millis(800)); // fault schedule: lag t1 mid-load
+    // Lag t1 mid-load: once it has applied part of the workload.
+    wait_for("t1 applying the load", Duration::from_secs(60), || {
+        api(&c.applier_sock, "GET", "/v1/status")
+            .is_some_and(|(_, v)| v["tablets"]["t1"]["applied_records"].as_u64() >= Some(300))
+    });
     let (st, _) = api(&c.shipper_sock, "POST", "/v1/pause?tablet=t1").unwrap();
     assert_eq!(st, 200);
     let s = load.join().unwrap();
