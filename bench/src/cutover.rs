@@ -213,19 +213,14 @@ fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<
         "warn",
     )?;
     let mut admin = Admin::new(&c.applier_sock);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        applier.check_alive()?;
-        if let Ok((200, v)) = admin.get("/v1/safe-time") {
-            if v["initialized"] == true && ht_of(&v, "safe_time")? == cut.0 {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("the applier did not report safe time = cut within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    applier.wait_until(
+        "the applier reporting safe time = cut",
+        Duration::from_secs(120),
+        || match admin.get("/v1/safe-time") {
+            Ok((200, v)) => Ok(v["initialized"] == true && ht_of(&v, "safe_time")? == cut.0),
+            _ => Ok(false),
+        },
+    )?;
     // Timed: request to complete report, on the open keep-alive connection.
     let t = Instant::now();
     let (st, rep) = admin.request("POST", "/v1/promote")?;
@@ -251,17 +246,11 @@ fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<
         bail!("a latest read after promote shows a version above the cut: {kv}");
     }
     let t = Instant::now();
-    loop {
-        applier.check_alive()?;
-        let (_, s) = admin.get("/v1/status")?;
-        if s["cutover"]["cleanup_done"] == true {
-            break;
-        }
-        if t.elapsed() > Duration::from_secs(3600) {
-            bail!("clean-up not done within an hour");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    applier.wait_until(
+        "the cutover clean-up done",
+        Duration::from_secs(3600),
+        || Ok(admin.get("/v1/status")?.1["cutover"]["cleanup_done"] == true),
+    )?;
     let cleanup = t.elapsed().as_secs_f64();
     if let Err(e) = applier.stop(Duration::from_secs(30)) {
         eprintln!("warning: {e:#}");

@@ -392,17 +392,11 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
     let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "warn")?;
     let mut admin = Admin::new(&asock);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while admin.get("/v1/status").is_err() {
-        applier.check_alive()?;
-        if Instant::now() > deadline {
-            bail!(
-                "the applier did not answer on {} within 30 s",
-                asock.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    applier.wait_until(
+        &format!("the applier answering on {}", asock.display()),
+        Duration::from_secs(30),
+        || Ok(admin.get("/v1/status").is_ok()),
+    )?;
     println!(
         "-- {label}: offered {}, applier pid {}, shipper pid {}, {}",
         if offered > 0.0 {

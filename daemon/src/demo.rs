@@ -109,6 +109,27 @@ impl Daemon {
         }
     }
 
+    /// Polls `ready` every 20 ms until it holds; an error if the child exits first or
+    /// `timeout` passes (`what` names the condition).
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready()? {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("{what}: not within {timeout:?}; see {}", self.log.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// An error if the child has exited.
     pub fn check_alive(&mut self) -> Result<()> {
         if let Some(c) = &mut self.child {
@@ -286,17 +307,11 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
             .build()?,
         socket: asock.clone(),
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while api.get("/v1/status").is_err() {
-        applier.check_alive()?;
-        if Instant::now() > deadline {
-            bail!(
-                "the applier did not answer on {} within 30 s",
-                asock.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    applier.wait_until(
+        &format!("the applier answering on {}", asock.display()),
+        Duration::from_secs(30),
+        || Ok(api.get("/v1/status").is_ok()),
+    )?;
     println!(
         "  applier (pid {}) and shipper (pid {}) running\n",
         applier.pid(),
