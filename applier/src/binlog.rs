@@ -4,8 +4,7 @@
 //! ```text
 //!  binlog    BE commit_ht ‖ carrier tablet          → entry {trx_id?, gtid?, txn?, tablets}
 //!  trx       BE connect_id ‖ BE counter             → commit {commit_ht, carrier, gtid?, txn?}
-//!  trx_open  BE connect_id ‖ BE counter ‖ BE !ht ‖ carrier
-//!                                                   → pending | aborted {txn}
+//!  trx_open  BE connect_id ‖ BE counter             → newest pending | aborted {ht, carrier, txn}
 //!  gtid      BE domain ‖ BE seq                     → {server, commit_ht, carrier, trx_id?}
 //! ```
 //!
@@ -15,7 +14,9 @@
 //! cap at safe time, so "appended as safe time passes it" needs no second write. A trx id
 //! commits at most once (the counter moves on commit), so `trx` is a point look-up; aborts
 //! and in-flight transactions (a retry after an abort reuses the id) live in the small
-//! `trx_open` keyspace, newest first per trx id. Retention removes entries whose `commit_ht`
+//! `trx_open` keyspace, which holds the newest one per trx id (a point look-up too: its
+//! bloom filters answer the common miss without reading a block). It is read, modified and
+//! written under the store's write lock. Retention removes entries whose `commit_ht`
 //! is older than `binlog-retention` together with their index entries, and raises the
 //! horizon kept in `meta`.
 
@@ -117,14 +118,6 @@ pub(crate) fn trx_key(t: TrxId) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&t.connect_id.to_be_bytes());
     k[8..].copy_from_slice(&t.commit_counter.to_be_bytes());
-    k
-}
-
-fn open_key(t: TrxId, ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(24 + tablet.as_str().len());
-    k.extend_from_slice(&trx_key(t));
-    k.extend_from_slice(&(!ht.0).to_be_bytes());
-    k.extend_from_slice(tablet.as_str().as_bytes());
     k
 }
 
@@ -312,25 +305,20 @@ fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
 const OPEN_PENDING: u8 = 1;
 const OPEN_ABORTED: u8 = 2;
 
-fn encode_open(kind: OpenKind, txn: &TxnId) -> Vec<u8> {
-    let mut out = Vec::with_capacity(18);
+fn encode_open(o: &TrxOpen) -> Vec<u8> {
+    let mut out = Vec::with_capacity(36);
     out.push(VERSION);
-    out.push(match kind {
+    out.push(match o.kind {
         OpenKind::Pending => OPEN_PENDING,
         OpenKind::Aborted => OPEN_ABORTED,
     });
-    out.extend_from_slice(&txn.0);
+    out.extend_from_slice(&o.ht.0.to_le_bytes());
+    put_tablet(&mut out, &o.tablet);
+    out.extend_from_slice(&o.txn.0);
     out
 }
 
-fn decode_open(key: &[u8], v: &[u8]) -> Result<TrxOpen, String> {
-    let rest = key
-        .get(16..)
-        .ok_or_else(|| format!("key of {} bytes, expected at least 25", key.len()))?;
-    let (ht, tablet) = rest
-        .split_first_chunk::<8>()
-        .ok_or_else(|| format!("key of {} bytes, expected at least 25", key.len()))?;
-    let tablet = key_tablet(tablet)?;
+fn decode_open(v: &[u8]) -> Result<TrxOpen, String> {
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != VERSION {
@@ -341,15 +329,22 @@ fn decode_open(key: &[u8], v: &[u8]) -> Result<TrxOpen, String> {
         OPEN_ABORTED => OpenKind::Aborted,
         k => return Err(format!("unknown kind {k}")),
     };
+    let ht = HybridTime(c.u64("ht")?);
+    let tablet = c.tablet("tablet")?;
     let txn = get_txn(&mut c)?;
     c.end()?;
     Ok(TrxOpen {
-        ht: HybridTime(!u64::from_be_bytes(*ht)),
+        ht,
         kind,
         txn,
         tablet,
     })
 }
+
+/// The `trx_open` changes of one apply batch, by trx id (`None`: remove). Reads see them
+/// before the store ([`Binlog::add_open`]); [`Binlog::write_open`] puts them in the batch.
+#[derive(Debug, Default)]
+pub(crate) struct OpenEdits(std::collections::HashMap<TrxId, Option<TrxOpen>>);
 
 impl Binlog {
     // ---- writes, into the caller's apply batch -----------------------------------------
@@ -374,32 +369,50 @@ impl Binlog {
         Ok(())
     }
 
-    /// Records an undecided (`Pending`) or aborted transaction of trx id `t`.
-    pub(crate) fn add_open(
-        &self,
-        b: &mut OwnedWriteBatch,
-        t: TrxId,
-        ht: HybridTime,
-        tablet: &TabletId,
-        kind: OpenKind,
-        txn: &TxnId,
-    ) {
-        b.insert(
-            &self.trx_open,
-            open_key(t, ht, tablet),
-            encode_open(kind, txn),
-        );
+    fn current_open(&self, edits: &OpenEdits, t: TrxId) -> Result<Option<TrxOpen>> {
+        match edits.0.get(&t) {
+            Some(o) => Ok(o.clone()),
+            None => self.trx_open(t),
+        }
     }
 
-    /// Removes a `trx_open` entry added by [`Binlog::add_open`].
+    /// Records an undecided (`Pending`) or aborted transaction of trx id `t`, unless a newer
+    /// one (a retry, applied first from another tablet) is recorded already. The caller
+    /// holds the store's write lock until the batch commits.
+    pub(crate) fn add_open(&self, edits: &mut OpenEdits, t: TrxId, o: TrxOpen) -> Result<()> {
+        if self.current_open(edits, t)?.is_some_and(|c| c.ht > o.ht) {
+            return Ok(());
+        }
+        edits.0.insert(t, Some(o));
+        Ok(())
+    }
+
+    /// Removes the entry [`Binlog::add_open`] made at (`ht`, `tablet`), if it is still the
+    /// newest of `t`.
     pub(crate) fn remove_open(
         &self,
-        b: &mut OwnedWriteBatch,
+        edits: &mut OpenEdits,
         t: TrxId,
         ht: HybridTime,
         tablet: &TabletId,
-    ) {
-        b.remove(&self.trx_open, open_key(t, ht, tablet));
+    ) -> Result<()> {
+        if self
+            .current_open(edits, t)?
+            .is_some_and(|c| c.ht == ht && c.tablet == *tablet)
+        {
+            edits.0.insert(t, None);
+        }
+        Ok(())
+    }
+
+    /// Puts `edits` into the apply batch.
+    pub(crate) fn write_open(&self, b: &mut OwnedWriteBatch, edits: OpenEdits) {
+        for (t, o) in edits.0 {
+            match o {
+                Some(o) => b.insert(&self.trx_open, trx_key(t).to_vec(), encode_open(&o)),
+                None => b.remove(&self.trx_open, trx_key(t).to_vec()),
+            }
+        }
     }
 
     // ---- point look-ups ----------------------------------------------------------------
@@ -416,13 +429,16 @@ impl Binlog {
 
     /// The newest undecided or aborted transaction of trx id `t`.
     pub fn trx_open(&self, t: TrxId) -> Result<Option<TrxOpen>> {
-        let Some(g) = self.trx_open.prefix(trx_key(t)).next() else {
-            return Ok(None);
-        };
-        let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
-        decode_open(&k, &v)
-            .map(Some)
-            .map_err(|r| Error::corrupt(TRX_OPEN, format!("trx {t}"), r))
+        match self
+            .trx_open
+            .get(trx_key(t))
+            .map_err(Error::store("read trx_open"))?
+        {
+            None => Ok(None),
+            Some(v) => decode_open(&v)
+                .map(Some)
+                .map_err(|r| Error::corrupt(TRX_OPEN, format!("trx {t}"), r)),
+        }
     }
 
     /// The commit with `domain`-`seq` (any server), if the binlog holds it.
@@ -594,8 +610,7 @@ impl Binlog {
     }
 
     /// Removes, into `b`, up to `max` entries with `commit_ht < before` and their index
-    /// entries, and aborted `trx_open` entries older than `before` once the binlog part is
-    /// done. Returns how many binlog entries it removed and whether it reached `before`.
+    /// entries. Returns how many binlog entries it removed and whether it reached `before`.
     pub(crate) fn expire(
         &self,
         b: &mut OwnedWriteBatch,
@@ -619,15 +634,23 @@ impl Binlog {
             }
             n += 1;
         }
+        Ok((n, true))
+    }
+
+    /// Removes, into `b`, aborted `trx_open` entries older than `before`. The caller holds
+    /// the store's write lock until the batch commits (apply read-modify-writes them).
+    pub(crate) fn expire_open(&self, b: &mut OwnedWriteBatch, before: HybridTime) -> Result<usize> {
+        let mut n = 0;
         for g in self.trx_open.iter() {
             let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
-            let o = decode_open(&k, &v)
+            let o = decode_open(&v)
                 .map_err(|r| Error::corrupt(TRX_OPEN, format!("key {}", k.escape_ascii()), r))?;
             if o.kind == OpenKind::Aborted && o.ht < before {
                 b.remove(&self.trx_open, k.to_vec());
+                n += 1;
             }
         }
-        Ok((n, true))
+        Ok(n)
     }
 }
 
@@ -743,17 +766,17 @@ mod tests {
             (ge.gtid, ge.commit_ht, ge.trx_id),
             (g, e.commit_ht, e.trx_id)
         );
-        let ok = open_key(TrxId::new(1, 2), HybridTime(99), &t("x"));
-        let o = decode_open(&ok, &encode_open(OpenKind::Aborted, &TxnId::from_u128(5))).unwrap();
-        assert_eq!(
-            o,
-            TrxOpen {
-                ht: HybridTime(99),
-                kind: OpenKind::Aborted,
-                txn: TxnId::from_u128(5),
-                tablet: t("x")
-            }
-        );
+        let o = TrxOpen {
+            ht: HybridTime(99),
+            kind: OpenKind::Aborted,
+            txn: TxnId::from_u128(5),
+            tablet: t("x"),
+        };
+        let ov = encode_open(&o);
+        assert_eq!(decode_open(&ov).unwrap(), o);
+        for cut in 0..ov.len() {
+            assert!(decode_open(&ov[..cut]).is_err(), "cut {cut}");
+        }
         // Every truncation and a trailing byte are named errors, never panics.
         for cut in 0..v.len() {
             assert!(decode_entry(&k, &v[..cut]).is_err(), "cut {cut}");
@@ -765,16 +788,14 @@ mod tests {
         let mut bad = v.clone();
         bad[1] = 0x80;
         assert!(decode_entry(&k, &bad).unwrap_err().contains("flags"));
-        assert!(decode_open(&ok, &[1, 9]).unwrap_err().contains("kind"));
+        assert!(decode_open(&[1, 9]).unwrap_err().contains("kind"));
     }
 
     #[test]
-    fn keys_sort_by_commit_ht_and_newest_open_first() {
+    fn keys_sort_by_commit_ht() {
         let a = binlog_key(HybridTime(5), &t("z"));
         let b = binlog_key(HybridTime(6), &t("a"));
         assert!(a < b);
-        let x = TrxId::new(1, 1);
-        assert!(open_key(x, HybridTime(10), &t("a")) < open_key(x, HybridTime(9), &t("a")));
         assert!(gtid_key(1, u64::MAX) < gtid_key(2, 0));
     }
 }

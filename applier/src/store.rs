@@ -28,7 +28,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
-use crate::binlog::{self, Binlog, BinlogEntry, OpenKind};
+use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
 use crate::error::{Error, Result};
 use crate::keys;
 
@@ -291,6 +291,76 @@ impl Store {
             .map_err(Error::store("persist"))
     }
 
+    /// Writes every keyspace's memtable out to tables and waits for it (the journal then
+    /// holds nothing to replay). Used after bulk loads and before shutdown-free measurements.
+    pub fn flush(&self) -> Result<()> {
+        for ks in self.keyspaces() {
+            ks.rotate_memtable_and_wait()
+                .map_err(Error::store("flush memtable"))?;
+        }
+        Ok(())
+    }
+
+    /// Reads the `trx_status` look-up keyspaces (trx, gtid, trx_open) through once, which
+    /// loads their data blocks into the block cache, so that look-ups then read no block
+    /// from the file system. Worth it only while those keyspaces fit in `cache-size`
+    /// ([`Store::disk_sizes`]). Returns the entries read.
+    pub fn warm_lookup_cache(&self) -> Result<u64> {
+        let mut n = 0;
+        for ks in [&self.bl.trx, &self.bl.gtid, &self.bl.trx_open] {
+            for g in ks.iter() {
+                g.key().map_err(Error::store("warm the block cache"))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Whether fjall has no flush or compaction running or queued.
+    pub fn background_idle(&self) -> bool {
+        self.db.outstanding_flushes() == 0 && self.db.active_compactions() == 0
+    }
+
+    /// On-disk bytes of the `trx_status` look-up keyspaces' tables (trx, gtid, trx_open).
+    pub fn lookup_index_bytes(&self) -> u64 {
+        [&self.bl.trx, &self.bl.gtid, &self.bl.trx_open]
+            .iter()
+            .map(|ks| ks.disk_space())
+            .sum()
+    }
+
+    /// On-disk bytes and table count (all levels, level 0) of each keyspace, by name.
+    pub fn disk_sizes(&self) -> Vec<(&'static str, u64, usize, usize)> {
+        let names = [
+            MVCC,
+            TXNS,
+            META,
+            PENDING,
+            binlog::BINLOG,
+            binlog::TRX,
+            binlog::TRX_OPEN,
+            binlog::GTID,
+        ];
+        names
+            .into_iter()
+            .zip(self.keyspaces())
+            .map(|(n, ks)| (n, ks.disk_space(), ks.table_count(), ks.l0_table_count()))
+            .collect()
+    }
+
+    fn keyspaces(&self) -> [&Keyspace; 8] {
+        [
+            &self.mvcc,
+            &self.txns,
+            &self.meta,
+            &self.pending,
+            &self.bl.binlog,
+            &self.bl.trx,
+            &self.bl.trx_open,
+            &self.bl.gtid,
+        ]
+    }
+
     fn commit(&self, batch: fjall::OwnedWriteBatch, durability: Durability) -> Result<()> {
         let mode = match durability {
             Durability::Sync => PersistMode::SyncData,
@@ -480,6 +550,14 @@ impl Store {
     pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
         let mut b = self.db.batch();
         let (n, done) = self.bl.expire(&mut b, before, max)?;
+        if done {
+            // Aborted `trx_open` entries: read-modify-written by apply, under the lock.
+            let _g = self.lock();
+            let mut ob = self.db.batch();
+            if self.bl.expire_open(&mut ob, before)? > 0 {
+                self.commit(ob, Durability::Buffered)?;
+            }
+        }
         let raise = n > 0 && before > self.binlog_horizon()?;
         if raise {
             b.insert(&self.meta, BINLOG_HORIZON, before.0.to_le_bytes().to_vec());
@@ -644,6 +722,7 @@ impl Store {
         let mut out = ApplyOutcome::default();
         let mut batch = self.db.batch();
         let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
+        let mut opens = OpenEdits::default();
         let mut key_buf = Vec::new();
 
         for (pos, rec) in records {
@@ -728,8 +807,16 @@ impl Store {
                     if let (Some(t), None, false, None) =
                         (st.trx_id, &st.commit, st.aborted, &st.open)
                     {
-                        self.bl
-                            .add_open(&mut batch, t, rec.ht, tablet, OpenKind::Pending, txn);
+                        self.bl.add_open(
+                            &mut opens,
+                            t,
+                            TrxOpen {
+                                ht: rec.ht,
+                                kind: OpenKind::Pending,
+                                txn: *txn,
+                                tablet: tablet.clone(),
+                            },
+                        )?;
                         st.open = Some((rec.ht, tablet.clone()));
                     }
                 }
@@ -762,7 +849,7 @@ impl Store {
                         batch.insert(&self.pending, pending_key(rec.ht, txn), Vec::new());
                         out.new_commits.push((*txn, ci.clone()));
                         if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
-                            self.bl.remove_open(&mut batch, id, ht, &t);
+                            self.bl.remove_open(&mut opens, id, ht, &t)?;
                         }
                         self.bl.add_commit(
                             &mut batch,
@@ -792,17 +879,19 @@ impl Store {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
                     } else if !st.aborted {
                         if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
-                            self.bl.remove_open(&mut batch, id, ht, &t);
+                            self.bl.remove_open(&mut opens, id, ht, &t)?;
                         }
                         if let Some(id) = trx_id.or(st.trx_id) {
                             self.bl.add_open(
-                                &mut batch,
+                                &mut opens,
                                 id,
-                                rec.ht,
-                                tablet,
-                                OpenKind::Aborted,
-                                txn,
-                            );
+                                TrxOpen {
+                                    ht: rec.ht,
+                                    kind: OpenKind::Aborted,
+                                    txn: *txn,
+                                    tablet: tablet.clone(),
+                                },
+                            )?;
                         }
                     }
                     st.aborted = true;
@@ -841,6 +930,7 @@ impl Store {
         for (txn, st) in &txns {
             batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
         }
+        self.bl.write_open(&mut batch, opens);
         meta.applied_pos = end_pos;
         meta.applied_records += out.records;
         batch.insert(

@@ -175,6 +175,8 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     };
     a.connect_id = Some(trx.connect_id);
     let bl = store.binlog();
+    // Safe time is published only after every commit at or below it is in the store.
+    let safe_at_read = view.safe_time();
     let mut commit = bl.trx_commit(trx)?;
     // On a promoted target: the hint, when the client saw a commit above the cut.
     let mut hint_after_cut = None;
@@ -198,9 +200,13 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         if cut.is_none() && covered {
             a.caught_up = true;
         } else if cut.is_none() {
-            let outcome = hint(store, view, g, deadline)?;
-            // It may have arrived while the hint was waited for.
-            commit = bl.trx_commit(trx)?;
+            let (outcome, read_at) = hint(store, view, g, deadline)?;
+            // Unless safe time covered the hint already when the trx index was read, the
+            // commit may have arrived since (while the hint was waited for, or between the
+            // two reads): read it again.
+            if !(read_at.is_some() && read_at <= safe_at_read) {
+                commit = bl.trx_commit(trx)?;
+            }
             match outcome {
                 Hint::Visible => a.caught_up = true,
                 Hint::Foreign(g) => {
@@ -333,27 +339,38 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     Ok(a)
 }
 
-fn hint(store: &Store, view: &impl SafeTimeView, g: Gtid, deadline: Instant) -> Result<Hint> {
+/// Where hint `g` stands, waiting up to `deadline` for it to become visible; with the
+/// hint's `commit_ht` when it was found in the binlog.
+fn hint(
+    store: &Store,
+    view: &impl SafeTimeView,
+    g: Gtid,
+    deadline: Instant,
+) -> Result<(Hint, Option<HybridTime>)> {
     let bl = store.binlog();
     loop {
         let safe = view.safe_time();
         if let Some(e) = bl.gtid(g.domain, g.seq)? {
-            if safe.is_some_and(|s| s >= e.commit_ht) || view.wait_for(e.commit_ht, deadline) {
-                return Ok(Hint::Visible);
-            }
-            return Ok(Hint::Behind(g));
+            let visible =
+                safe.is_some_and(|s| s >= e.commit_ht) || view.wait_for(e.commit_ht, deadline);
+            let h = if visible {
+                Hint::Visible
+            } else {
+                Hint::Behind(g)
+            };
+            return Ok((h, Some(e.commit_ht)));
         }
         match bl.first_in_domain(g.domain)? {
             // Older than anything retained: the target is past it.
-            Some(first) if g.seq < first.gtid.seq => return Ok(Hint::Visible),
+            Some(first) if g.seq < first.gtid.seq => return Ok((Hint::Visible, None)),
             Some(_) => {}
-            None if bl.has_gtids()? => return Ok(Hint::Foreign(g)),
+            None if bl.has_gtids()? => return Ok((Hint::Foreign(g), None)),
             // An empty binlog: the target has just not received anything yet.
             None => {}
         }
         let next = safe.map_or(HybridTime(1), HybridTime::next);
         if Instant::now() >= deadline || !view.wait_for(next, deadline) {
-            return Ok(Hint::Behind(g));
+            return Ok((Hint::Behind(g), None));
         }
     }
 }

@@ -232,12 +232,10 @@ fn every_state_from_the_apply_path() {
     assert_eq!(from2[0].trx_id, tid(7, 2));
     // Capped at safe time.
     assert_eq!(bl.read(None, HybridTime(29), 100).unwrap().0.len(), 1);
-    // Resolved transactions leave nothing in trx_open.
+    // Resolved transactions leave nothing in trx_open: 8:1's retry replaced the entry of
+    // the aborted attempt with its own pending one, which left with its commit.
     assert!(bl.trx_open(TrxId::new(7, 2)).unwrap().is_none());
-    assert_eq!(
-        bl.trx_open(TrxId::new(8, 1)).unwrap().map(|o| o.kind),
-        Some(OpenKind::Aborted)
-    );
+    assert!(bl.trx_open(TrxId::new(8, 1)).unwrap().is_none());
 
     // Everything survives a reopen.
     drop(s);
@@ -347,4 +345,63 @@ fn retention_expires_entries_and_says_so() {
         s.binlog().read(None, HybridTime::MAX, 10).unwrap().0.len(),
         0
     );
+}
+
+/// A retry's intents may be applied (from one tablet) before the abort of the attempt it
+/// retries (from another): the newest attempt is what trx_status reports.
+#[test]
+fn a_late_abort_of_an_earlier_attempt_does_not_hide_the_retry() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path()).unwrap();
+    let v = Safe::default();
+    let (mut a, mut b) = (Log::new("a"), Log::new("b"));
+    let (first, retry) = (TxnId::from_u128(21), TxnId::from_u128(22));
+    a.apply(
+        &s,
+        10,
+        Body::Intent {
+            txn: first,
+            trx_id: tid(5, 1),
+            ops: op("k1"),
+        },
+    );
+    // The retry's intent (ht 30) reaches the store before the first attempt's abort (20).
+    b.apply(
+        &s,
+        30,
+        Body::Intent {
+            txn: retry,
+            trx_id: tid(5, 1),
+            ops: op("k2"),
+        },
+    );
+    a.apply(
+        &s,
+        20,
+        Body::Abort {
+            txn: first,
+            trx_id: tid(5, 1),
+        },
+    );
+    v.set(35);
+    let r = ask(&s, &v, "5:1", None, 0);
+    assert_eq!(
+        (r.state, r.txn),
+        (TrxState::InProgress, Some(retry)),
+        "{r:?}"
+    );
+    let o = s.binlog().trx_open(TrxId::new(5, 1)).unwrap().unwrap();
+    assert_eq!((o.kind, o.txn), (OpenKind::Pending, retry));
+    // The retry aborts too: now the answer is its abort.
+    b.apply(
+        &s,
+        40,
+        Body::Abort {
+            txn: retry,
+            trx_id: tid(5, 1),
+        },
+    );
+    v.set(45);
+    let r = ask(&s, &v, "5:1", None, 0);
+    assert_eq!((r.state, r.txn), (TrxState::Aborted, Some(retry)), "{r:?}");
 }

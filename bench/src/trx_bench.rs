@@ -126,6 +126,14 @@ pub struct TrxArgs {
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Block cache of the store, in the bench process and the daemon (`cache-size`; default:
+    /// the daemon's default, 256 MiB).
+    #[arg(long, value_parser = crate::stats::parse_size)]
+    cache_size: Option<u64>,
+    /// Do not pre-load the look-up indexes into the bench process's block cache (the daemon
+    /// and, by default, the library case load them when they fit in 3/4 of the cache).
+    #[arg(long)]
+    cold: bool,
 }
 
 // ---- the commit generator ----
@@ -767,6 +775,7 @@ fn write_applier_config(
     work: &Path,
     data_dir: &Path,
     tablets: usize,
+    cache_size: u64,
 ) -> Result<(PathBuf, PathBuf)> {
     let tls = work.join("tls");
     tidelog::certs::init(&tls, &[], false)?;
@@ -778,7 +787,7 @@ fn write_applier_config(
     std::fs::write(
         &cfg,
         format!(
-            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"365d\"\nbinlog-retention = \"365d\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+            "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"365d\"\nbinlog-retention = \"365d\"\ncache-size = \"{cache_size}\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
             data_dir.display(),
             sock.display(),
             ids.join(", "),
@@ -799,7 +808,13 @@ fn run_api(
     clock: &Clock,
 ) -> Result<Vec<CaseResult>> {
     let exe = tidelog_exe()?;
-    let (cfg, sock) = write_applier_config(work, data_dir, args.tablets)?;
+    let (cfg, sock) = write_applier_config(
+        work,
+        data_dir,
+        args.tablets,
+        args.cache_size
+            .unwrap_or(tidelog_applier::store::DEFAULT_CACHE_SIZE),
+    )?;
     let log = work.join("applier.log");
     let mut daemon = Daemon::spawn(&exe, "apply", &cfg, &log, "warn")?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -832,6 +847,28 @@ fn run_api(
             t0.elapsed().as_secs_f64(),
             st["safe_time"],
             st["initialized"]
+        );
+        // The daemon pre-loads its look-up indexes into the block cache in the background:
+        // measure once that is over (it competes for the two cores meanwhile).
+        let t1 = Instant::now();
+        let warm = loop {
+            let (_, body) = api_get(&mut sender, "/v1/status").await?;
+            let v: Value = serde_json::from_slice(&body).context("GET /v1/status: not JSON")?;
+            let lc = v["lookup_cache"].clone();
+            if lc["state"] != "loading" {
+                break lc;
+            }
+            if Instant::now() > deadline {
+                bail!("the applier still pre-loads its look-up indexes after 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        println!(
+            "  look-up indexes {} in the daemon's block cache after {:.1} s more ({} MiB of {} MiB)",
+            warm["state"].as_str().unwrap_or("?"),
+            t1.elapsed().as_secs_f64(),
+            warm["index_bytes"].as_u64().unwrap_or(0) >> 20,
+            warm["cache_size"].as_u64().unwrap_or(0) >> 20,
         );
         let mut out = Vec::new();
         for (case, warm, timed) in sets {
@@ -1125,7 +1162,10 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     );
 
     let manifest_path = root.join(MANIFEST);
-    let store = Store::open(&data_dir)?;
+    let cache_size = args
+        .cache_size
+        .unwrap_or(tidelog_applier::store::DEFAULT_CACHE_SIZE);
+    let store = Store::open_with(&data_dir, cache_size)?;
     let (manifest, gen, reused) = match std::fs::read(&manifest_path) {
         Ok(bytes) => {
             let m: Manifest = serde_json::from_slice(&bytes)
@@ -1189,6 +1229,56 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
             None => "reused".into(),
         }
     );
+
+    // A daemon that has run for a while holds most of its binlog in tables, not in
+    // memtables replayed from the journal: flush them before measuring.
+    let t0 = Instant::now();
+    store.flush()?;
+    // And let compaction settle: a background compaction on the second core would be
+    // measured as look-up latency.
+    let settle = t0 + Duration::from_secs(600);
+    let mut quiet_since = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(2) && Instant::now() < settle {
+        if !store.background_idle() {
+            quiet_since = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sizes = store.disk_sizes();
+    let size_of = |n: &str| {
+        sizes
+            .iter()
+            .find(|(k, ..)| *k == n)
+            .map_or(0, |(_, b, ..)| *b)
+    };
+    let lookup_bytes = size_of("trx") + size_of("gtid") + size_of("trx_open");
+    println!(
+        "  memtables flushed and compaction idle for 2 s after {:.1} s; tables: {}; look-up keyspaces (trx, gtid, trx_open) {:.0} MiB; block cache {:.0} MiB",
+        t0.elapsed().as_secs_f64(),
+        sizes
+            .iter()
+            .map(|(n, b, t, l0)| format!(
+                "{n} {:.0} MiB ({t} tables, {l0} in L0)",
+                *b as f64 / (1 << 20) as f64
+            ))
+            .collect::<Vec<_>>()
+            .join(", "),
+        lookup_bytes as f64 / (1 << 20) as f64,
+        cache_size as f64 / (1 << 20) as f64
+    );
+
+    if !args.cold && lookup_bytes <= cache_size / 4 * 3 {
+        // What the daemon does at start.
+        let t0 = Instant::now();
+        let n = store.warm_lookup_cache()?;
+        println!(
+            "  look-up indexes pre-loaded into the block cache: {} entries in {:.1} s",
+            fmt_int(n),
+            t0.elapsed().as_secs_f64()
+        );
+    } else {
+        println!("  look-up indexes not pre-loaded (--cold, or larger than 3/4 of the cache)");
+    }
 
     // The look-up sets, the same for every path.
     let mut rng = Rng(args.seed ^ 0x7472_7873);

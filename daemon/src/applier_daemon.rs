@@ -145,6 +145,34 @@ pub struct ApplierState {
     pub promote_lock: Arc<tokio::sync::Mutex<()>>,
     /// The cutover's background clean-up, once started.
     pub cleanup: Arc<Mutex<Option<Cleanup>>>,
+    /// Pre-loading the look-up indexes into the block cache ([`WarmState`]).
+    pub lookup_cache: Arc<std::sync::atomic::AtomicU8>,
+    pub cache_size: u64,
+}
+
+/// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum WarmState {
+    /// Nothing to load (an empty binlog).
+    Empty = 0,
+    Loading = 1,
+    Loaded = 2,
+    /// Larger than 3/4 of `cache-size`: not loaded.
+    TooLarge = 3,
+    Failed = 4,
+}
+
+impl WarmState {
+    fn name(v: u8) -> &'static str {
+        match v {
+            0 => "empty",
+            1 => "loading",
+            2 => "loaded",
+            3 => "too-large",
+            _ => "failed",
+        }
+    }
 }
 
 async fn serve(cfg: ApplierConfig) -> Result<()> {
@@ -221,12 +249,15 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         trx_lookups: Arc::new(Default::default()),
         promote_lock: Arc::new(tokio::sync::Mutex::new(())),
         cleanup: Arc::new(Mutex::new(None)),
+        lookup_cache: Arc::new(std::sync::atomic::AtomicU8::new(WarmState::Empty as u8)),
+        cache_size: cfg.cache_size,
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(Cleanup::start(store.clone())?);
     }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
+    warm_lookup_cache(store.clone(), cfg.cache_size, state.lookup_cache.clone());
     let cleanup = state.cleanup.clone();
     let stop = admin::StopSignal::new();
     let stopped = || stop.stopped();
@@ -392,6 +423,11 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "lookup_cache": {
+            "state": WarmState::name(s.lookup_cache.load(Ordering::Acquire)),
+            "index_bytes": s.store.lookup_index_bytes(),
+            "cache_size": s.cache_size,
+        },
         "tablets": rows,
     })))
 }
@@ -622,6 +658,52 @@ async fn metrics(State(s): State<ApplierState>) -> axum::response::Response {
         .await
         .unwrap_or_default();
     admin::prometheus(text)
+}
+
+/// `trx_status` is typically asked right after a failure, often of this very daemon: load
+/// the look-up keyspaces into the block cache in the background at start, when they fit in
+/// three quarters of `cache-size` (more would only evict what it loads).
+fn warm_lookup_cache(store: Arc<Store>, cache_size: u64, state: Arc<std::sync::atomic::AtomicU8>) {
+    let set = move |w: WarmState| state.store(w as u8, Ordering::Release);
+    let bytes = store.lookup_index_bytes();
+    if bytes == 0 {
+        return;
+    }
+    if bytes > cache_size / 4 * 3 {
+        tracing::info!(
+            lookup_bytes = bytes,
+            cache_size,
+            "trx_status look-up indexes exceed 3/4 of cache-size: not pre-loading them (raise cache-size for µs look-ups)"
+        );
+        set(WarmState::TooLarge);
+        return;
+    }
+    set(WarmState::Loading);
+    let set2 = set.clone();
+    let spawned = std::thread::Builder::new()
+        .name("cache-warm".into())
+        .spawn(move || {
+            let t0 = std::time::Instant::now();
+            match store.warm_lookup_cache() {
+                Ok(n) => {
+                    tracing::info!(
+                        entries = n,
+                        lookup_bytes = bytes,
+                        took_ms = t0.elapsed().as_millis() as u64,
+                        "trx_status look-up indexes loaded into the block cache"
+                    );
+                    set2(WarmState::Loaded);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pre-loading the look-up indexes failed");
+                    set2(WarmState::Failed);
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the cache-warm thread");
+        set(WarmState::Failed);
+    }
 }
 
 #[derive(Debug, Deserialize)]
