@@ -792,7 +792,7 @@ impl Store {
                 }
                 Body::Intent { txn, trx_id, .. } => {
                     out.intents += 1;
-                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
                     let list = st.intents.entry(tablet.clone()).or_default();
                     let r = IntentRef {
                         pos: *pos,
@@ -827,7 +827,7 @@ impl Store {
                     gtid,
                 } => {
                     out.commits += 1;
-                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
                     if let Some(c) = &st.commit {
                         if c.commit_ht != rec.ht {
                             return Err(Error::Invalid(format!(
@@ -874,7 +874,7 @@ impl Store {
                 }
                 Body::Abort { txn, trx_id } => {
                     out.aborts += 1;
-                    let st = Self::txn_entry(self, &g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
                     if st.commit.is_some() {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
                     } else if !st.aborted {
@@ -984,17 +984,22 @@ impl Store {
         let mut g = self.lock();
         let mut batch = self.db.batch();
         let mut updated: Vec<(TxnId, TxnState)> = Vec::with_capacity(parts.len());
+        let mut applied = 0;
         let mut key_buf = Vec::new();
         for p in parts {
-            let mut st = match g.get(&p.txn) {
-                Some(st) => st.clone(),
+            // Moved out of the cache (see `txn_entry`), put back after the commit.
+            let mut st = match g.remove(&p.txn) {
+                Some(st) => st,
                 None => self.txn(&p.txn)?.ok_or_else(|| {
                     Error::Invalid(format!("tablet {tablet}: part of unknown txn {}", p.txn))
                 })?,
             };
             if st.applied_parts.contains(tablet) {
+                // Nothing to write; goes back to the cache unchanged.
+                updated.push((p.txn, st));
                 continue;
             }
+            applied += 1;
             let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
             for (k, v) in &p.ops {
                 last.insert(k, v);
@@ -1017,11 +1022,9 @@ impl Store {
             // which writes the same versions at the same ht (idempotent).
             updated.push((p.txn, st));
         }
-        if updated.is_empty() {
-            return Ok(0);
+        if applied > 0 {
+            self.commit(batch, durability)?;
         }
-        self.commit(batch, durability)?;
-        let n = updated.len();
         for (txn, st) in updated {
             if resolved(&st) {
                 g.remove(&txn);
@@ -1029,7 +1032,7 @@ impl Store {
                 g.insert(txn, st);
             }
         }
-        Ok(n)
+        Ok(applied)
     }
 
     /// Committed transactions not yet applied on every participant, by commit ht.
@@ -1060,15 +1063,19 @@ impl Store {
         Ok(out)
     }
 
+    /// The state of `txn` for this batch, moved out of the cache of unresolved transactions
+    /// (no copy; put back once the batch commits). A batch that fails leaves it out: the
+    /// cache then falls back to the stored state, behind but never ahead of the store (only
+    /// in-memory applied parts are forgotten, and applying a part again is idempotent).
     fn txn_entry<'a>(
         &self,
-        unresolved: &HashMap<TxnId, TxnState>,
+        unresolved: &mut HashMap<TxnId, TxnState>,
         cache: &'a mut HashMap<TxnId, TxnState>,
         txn: &TxnId,
     ) -> Result<&'a mut TxnState> {
         if !cache.contains_key(txn) {
-            let st = match unresolved.get(txn) {
-                Some(st) => st.clone(),
+            let st = match unresolved.remove(txn) {
+                Some(st) => st,
                 None => self.txn(txn)?.unwrap_or_default(),
             };
             cache.insert(*txn, st);

@@ -12,8 +12,10 @@ use crate::error::ParseError;
 pub const MAX_TABLET_ID_LEN: usize = 64;
 
 /// A tablet (shard) id: `[A-Za-z0-9_.-]{1,64}`, and not `.` or `..` (it names a directory).
+/// Shared, not copied: the apply path clones tablet ids into every transaction it tracks, and
+/// a clone is a reference-count increment.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TabletId(String);
+pub struct TabletId(std::sync::Arc<str>);
 
 impl TabletId {
     pub fn new(s: &str) -> Result<TabletId, ParseError> {
@@ -70,7 +72,7 @@ impl FromStr for TabletId {
                 "`.` and `..` are not tablet ids",
             ));
         }
-        Ok(TabletId(s.to_string()))
+        Ok(TabletId(std::sync::Arc::from(s)))
     }
 }
 
