@@ -10,6 +10,11 @@
 //! tidelog-bench trx-status [--commits 10000000] [--data-dir D] [--no-pg] [--json FILE]
 //! ```
 
+/// The allocator the `tidelog` binary ships with: the benches that host the applier or call
+/// the library in-process measure what runs in production.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cutover;
 mod e2e;
 mod load_cmd;

@@ -1,8 +1,8 @@
 //! `tidelog`: the command-line entry point (DESIGN §8).
 //!
-//! Implemented so far: `tidelog wal dump|append|check`, `tidelog certs init` and the admin
-//! client `tidelog ctl`. The daemons (`apply`, `ship`) and `demo` come later; their building
-//! blocks (config, admin server, systemd notify) are in the `tidelog` library.
+//! Commands: the daemons `apply` and `ship`, `demo`, `ctl` (the admin API's client),
+//! `certs init` and `wal dump|append|check`; their building blocks (config, admin server,
+//! systemd notify, signals, metrics) are in the `tidelog` library.
 //!
 //! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line. The
 //! daemons (`apply`, `ship`) also exit 143 on a second SIGTERM, 130 on a second SIGINT and
@@ -21,6 +21,12 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tidelog::{certs, ctl};
 use tracing_subscriber::EnvFilter;
+
+/// mimalloc instead of glibc's malloc: the apply path allocates and frees small objects on
+/// many threads (decoded records, batch items); glibc's arenas spent 17–20 % of the
+/// applier's samples in `malloc`/`free`/`malloc_consolidate` (BENCHMARKS.md, e2e).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod wal_cmd;
 
