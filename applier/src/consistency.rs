@@ -230,7 +230,8 @@ impl Consistency {
         }
     }
 
-    /// Blocks until the published safe time is ≥ `ht` or `deadline`; whether it got there.
+    /// Blocks until the published safe time is ≥ `ht`, `deadline`, or the publisher stops
+    /// (a shutdown or a cutover: the safe time advances no more); whether it got there.
     pub fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
         let mut g = lock(&self.advanced);
         loop {
@@ -238,7 +239,7 @@ impl Consistency {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.stop.load(Ordering::SeqCst) {
                 return false;
             }
             g = self
@@ -289,6 +290,9 @@ impl Consistency {
         if let Some(h) = lock(&self.publisher).take() {
             let _ = h.join();
         }
+        // Waiters give up: nothing will advance the safe time now.
+        let _g = lock(&self.advanced);
+        self.advanced_cv.notify_all();
     }
 
     fn publisher_loop(&self) {

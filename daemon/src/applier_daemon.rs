@@ -578,7 +578,42 @@ async fn scan(
     ))
 }
 
-async fn safe_time(State(s): State<ApplierState>) -> Json<Value> {
+#[derive(Debug, Deserialize)]
+struct SafeTimeQuery {
+    /// Answer once the safe time is ≥ this hybrid time (or `wait` passed).
+    #[serde(rename = "wait-for")]
+    wait_for: Option<String>,
+    wait: Option<String>,
+}
+
+/// `GET /v1/safe-time[?wait-for=HT[&wait=D]]`. With `wait-for`, the answer comes as soon as
+/// the published safe time reaches `HT`, or after `wait` (default 1s, at most 60s) with the
+/// safe time as it is then: a client following the safe time (a replication monitor, the
+/// e2e benchmark's lag sampler) gets each advance when it happens instead of polling.
+async fn safe_time(
+    State(s): State<ApplierState>,
+    ApiQuery(q): ApiQuery<SafeTimeQuery>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(w) = &q.wait_for {
+        let target = HybridTime(admin::parse_ht("wait-for", w)?);
+        let wait = match q.wait.as_deref() {
+            None => std::time::Duration::from_secs(1),
+            Some(w) => admin::parse_wait("wait", w)?.min(std::time::Duration::from_secs(60)),
+        };
+        if s.consistency.safe_time().is_none_or(|st| st < target) {
+            let c = s.consistency.clone();
+            let deadline = std::time::Instant::now() + wait;
+            tokio::task::spawn_blocking(move || c.wait_for(target, deadline))
+                .await
+                .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?;
+        }
+    } else if q.wait.is_some() {
+        return Err(ApiError::bad_request("wait needs wait-for=HT"));
+    }
+    Ok(safe_time_report(&s))
+}
+
+fn safe_time_report(s: &ApplierState) -> Json<Value> {
     let r = s.consistency.report();
     let now = now_micros();
     let lag_ms = |h: HybridTime| now.saturating_sub(h.physical_micros()) / 1000;
