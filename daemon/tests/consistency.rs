@@ -179,3 +179,79 @@ fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_
         .sum();
     assert_eq!(total, 200);
 }
+
+/// `GET /v1/safe-time?wait-for=HT` answers when the safe time reaches HT (not before, and
+/// without waiting out `wait`), answers with the safe time as it is after `wait` when it
+/// does not, and refuses a malformed HT or a `wait` without `wait-for`, naming the parameter.
+#[test]
+fn safe_time_wait_for_answers_when_the_safe_time_arrives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::with(tmp.path(), "batch", "expect-tablets = [\"a\"]\n", "");
+    let h = ht_ago(Duration::ZERO);
+    append(&c.wal, &[write("a", h, "k", "1")]);
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    wait_for("safe time initialized", Duration::from_secs(30), || {
+        safe_time(&c)["initialized"] == true
+    });
+    let safe_of = |v: &Value| -> u64 { v["safe_time"].as_str().unwrap().parse().unwrap() };
+    assert_eq!(safe_of(&safe_time(&c)), h);
+
+    // Not reached within `wait`: answered after about `wait`, with the safe time as it is.
+    let t0 = std::time::Instant::now();
+    let (st, v) = api(
+        &c.applier_sock,
+        "GET",
+        &format!("/v1/safe-time?wait-for={}&wait=300ms", h + 1000),
+    )
+    .unwrap();
+    let took = t0.elapsed();
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(safe_of(&v), h);
+    assert!(took >= Duration::from_millis(290), "answered after {took:?}");
+
+    // Reached while waiting: a waiter (wait 4s) is answered once the heartbeat is applied.
+    let sock = c.applier_sock.clone();
+    let target = h + 10;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let r = api(
+            &sock,
+            "GET",
+            &format!("/v1/safe-time?wait-for={target}&wait=4s"),
+        );
+        tx.send(()).unwrap();
+        (r, t0.elapsed())
+    });
+    // Still waiting while the safe time is below the target.
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    append(&c.wal, &[heartbeat("a", target)]);
+    let (r, took) = waiter.join().unwrap();
+    let (st, v) = r.unwrap();
+    assert_eq!(st, 200, "{v}");
+    assert!(safe_of(&v) >= target, "{v}");
+    assert!(took < Duration::from_secs(4), "waited out `wait`: {took:?}");
+
+    // Already reached: at once.
+    let (st, v) = api(
+        &c.applier_sock,
+        "GET",
+        &format!("/v1/safe-time?wait-for={h}&wait=4s"),
+    )
+    .unwrap();
+    assert_eq!((st, safe_of(&v) >= target), (200, true));
+
+    for (q, name) in [
+        ("wait-for=soon", "wait-for"),
+        (&*format!("wait-for={h}&wait=forever"), "wait"),
+        ("wait=1s", "wait-for"),
+    ] {
+        let (st, v) = api(&c.applier_sock, "GET", &format!("/v1/safe-time?{q}")).unwrap();
+        assert_eq!(st, 400, "{q}: {v}");
+        assert!(
+            v["message"].as_str().unwrap().contains(name),
+            "{q}: {v}"
+        );
+    }
+}
