@@ -10,6 +10,7 @@ pub mod error;
 pub mod intake;
 pub mod keys;
 pub mod latency;
+pub mod retention;
 pub mod store;
 pub mod tls;
 pub mod trx;

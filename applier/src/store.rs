@@ -132,6 +132,24 @@ pub struct TxnState {
     pub open: Option<(HybridTime, TabletId)>,
 }
 
+/// What keeps one tablet's received log (see [`Store::retention_floors`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionFloor {
+    /// The tablet's apply position.
+    pub applied_pos: WalPos,
+    /// The lowest first intent on the tablet of a cached transaction whose part there is
+    /// not applied yet, and that transaction.
+    pub intent: Option<(WalPos, TxnId)>,
+}
+
+impl RetentionFloor {
+    /// The lowest position still needed.
+    pub fn pos(&self) -> WalPos {
+        self.intent
+            .map_or(self.applied_pos, |(p, _)| p.min(self.applied_pos))
+    }
+}
+
 /// One participant's part of a committed transaction: its intents' ops on one tablet, to be
 /// written at `commit_ht`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -182,6 +200,10 @@ pub struct Store {
     /// transactions (the committed state of their `txns` records, so applying does not read
     /// them back from the LSM; resolved ones leave it).
     write_lock: Mutex<HashMap<TxnId, TxnState>>,
+    /// Set when an apply batch failed after taking transactions out of the cache: the cache
+    /// no longer lists every unresolved transaction, so received-log retention must not
+    /// trust it until a restart.
+    cache_incomplete: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Store {
@@ -252,6 +274,7 @@ impl Store {
             cut: std::sync::atomic::AtomicU64::new(0),
             horizon: std::sync::atomic::AtomicU64::new(0),
             write_lock: Mutex::new(HashMap::new()),
+            cache_incomplete: std::sync::atomic::AtomicBool::new(false),
         };
         if let Some(c) = store.cutover()? {
             *store.cut.get_mut() = c.cut.0;
@@ -713,6 +736,22 @@ impl Store {
         end_pos: WalPos,
         durability: Durability,
     ) -> Result<ApplyOutcome> {
+        self.apply_inner(tablet, records, end_pos, durability)
+            .inspect_err(|_| self.mark_cache_incomplete())
+    }
+
+    fn mark_cache_incomplete(&self) {
+        self.cache_incomplete
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn apply_inner(
+        &self,
+        tablet: &TabletId,
+        records: &[(WalPos, Record)],
+        end_pos: WalPos,
+        durability: Durability,
+    ) -> Result<ApplyOutcome> {
         let mut g = self.lock();
         let mut meta = self.tablet(tablet)?.unwrap_or_default();
         let start = meta.applied_pos;
@@ -981,6 +1020,16 @@ impl Store {
         parts: &[Part],
         durability: Durability,
     ) -> Result<usize> {
+        self.apply_parts_inner(tablet, parts, durability)
+            .inspect_err(|_| self.mark_cache_incomplete())
+    }
+
+    fn apply_parts_inner(
+        &self,
+        tablet: &TabletId,
+        parts: &[Part],
+        durability: Durability,
+    ) -> Result<usize> {
         let mut g = self.lock();
         let mut batch = self.db.batch();
         let mut updated: Vec<(TxnId, TxnState)> = Vec::with_capacity(parts.len());
@@ -1033,6 +1082,92 @@ impl Store {
             }
         }
         Ok(applied)
+    }
+
+    // ---- received-log retention -------------------------------------------------------
+
+    /// Per tablet, the lowest received-log position applying may still read, as far as this
+    /// process has seen: the apply position, or the first intent there of a cached
+    /// (unresolved) transaction whose part on that tablet is not applied yet, whichever is
+    /// lower. Taken under the write lock, so apply positions and the cache agree. Intents
+    /// applied before this process started are not in the cache until touched again:
+    /// [`crate::retention`] finds those by reading the received logs once. `None` when the
+    /// cache cannot be trusted (an apply batch failed; see `cache_incomplete`).
+    pub fn retention_floors(&self) -> Result<Option<BTreeMap<TabletId, RetentionFloor>>> {
+        let g = self.lock();
+        if self
+            .cache_incomplete
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(None);
+        }
+        let mut out: BTreeMap<TabletId, RetentionFloor> = self
+            .tablets()?
+            .into_iter()
+            .map(|(t, m)| {
+                let f = RetentionFloor {
+                    applied_pos: m.applied_pos,
+                    intent: None,
+                };
+                (t, f)
+            })
+            .collect();
+        for (txn, st) in g.iter() {
+            if st.aborted {
+                continue;
+            }
+            for (t, list) in &st.intents {
+                if st.applied_parts.contains(t) {
+                    continue;
+                }
+                if let Some(first) = list.first() {
+                    let f = out.entry(t.clone()).or_default();
+                    if f.intent.is_none_or(|(p, _)| first.pos < p) {
+                        f.intent = Some((first.pos, *txn));
+                    }
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// For each of `txns`: whether `tablet`'s part of it may still have to be applied from
+    /// its intents in the received log — not aborted, and not known to be applied there. The
+    /// cache knows the parts applied by this process (one lock for all of `txns`); a
+    /// committed transaction out of the cache is applied on every participant unless
+    /// `pending` still lists it. A transaction the store does not know counts as needed
+    /// (keeps its intents; never drops one by mistake).
+    pub fn parts_needed(&self, tablet: &TabletId, txns: &[TxnId]) -> Result<Vec<bool>> {
+        let mut out: Vec<Option<bool>> = {
+            let g = self.lock();
+            txns.iter()
+                .map(|t| {
+                    g.get(t)
+                        .map(|st| !st.aborted && !st.applied_parts.contains(tablet))
+                })
+                .collect()
+        };
+        // Out of the cache: the stored state. Resolved states are final and every cached
+        // state was committed to `txns` first, so a read that races with applying is never
+        // ahead of the truth in a way that drops a needed part.
+        for (txn, o) in txns.iter().zip(out.iter_mut()) {
+            if o.is_some() {
+                continue;
+            }
+            let needed = match self.txn(txn)? {
+                None => true,
+                Some(st) if st.aborted || st.applied_parts.contains(tablet) => false,
+                Some(st) => match &st.commit {
+                    None => true,
+                    Some(c) => self
+                        .pending
+                        .contains_key(pending_key(c.commit_ht, txn))
+                        .map_err(Error::store("read pending"))?,
+                },
+            };
+            *o = Some(needed);
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or(true)).collect())
     }
 
     /// Committed transactions not yet applied on every participant, by commit ht.

@@ -208,7 +208,10 @@ fn safe_time_wait_for_answers_when_the_safe_time_arrives() {
     let took = t0.elapsed();
     assert_eq!(st, 200, "{v}");
     assert_eq!(safe_of(&v), h);
-    assert!(took >= Duration::from_millis(290), "answered after {took:?}");
+    assert!(
+        took >= Duration::from_millis(290),
+        "answered after {took:?}"
+    );
 
     // Reached while waiting: a waiter (wait 4s) is answered once the heartbeat is applied.
     let sock = c.applier_sock.clone();
@@ -249,9 +252,6 @@ fn safe_time_wait_for_answers_when_the_safe_time_arrives() {
     ] {
         let (st, v) = api(&c.applier_sock, "GET", &format!("/v1/safe-time?{q}")).unwrap();
         assert_eq!(st, 400, "{q}: {v}");
-        assert!(
-            v["message"].as_str().unwrap().contains(name),
-            "{q}: {v}"
-        );
+        assert!(v["message"].as_str().unwrap().contains(name), "{q}: {v}");
     }
 }

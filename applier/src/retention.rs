@@ -1,0 +1,270 @@
+//! Received-log retention: releases the parts of each tablet's received log that applying
+//! will never read again, so that the log's writer deletes them (DESIGN §5; drawn in
+//! `applier/STORE.md`, "Received-log retention").
+//!
+//! Applying reads a received log twice: once in order up to the tablet's apply position,
+//! and again by position for the intents of a transaction whose commit makes that tablet's
+//! part ready later (`apply.rs`, `apply_ready_parts`). A restart resumes at the stored apply
+//! position and applies again the parts of the transactions `pending` lists. So everything
+//! below
+//!
+//! ```text
+//!  released(t) = min( applied_pos(t)                       ── durable: persisted first
+//!                   , first intent on t of every transaction whose part on t may still be
+//!                     applied: undecided, or committed with that part not applied )
+//! ```
+//!
+//! can go. The transactions come from the store's cache of unresolved transactions
+//! ([`Store::retention_floors`]) and — for intents applied before this process started,
+//! which the cache holds only once touched again — from one read of each tablet's retained
+//! log at the first round, remembering the first intent of every transaction whose part is
+//! still needed ([`Store::parts_needed`]); those are checked again every round and dropped once
+//! resolved. The release is the log's `acked` file (the format the shipper uses for source
+//! WALs, [`tidelog_wal::retention`]); the received log's writer deletes whole sealed segments
+//! at or below it when it next rotates. A release never moves back, and is written only after
+//! the store is persisted, so that the apply positions and resolutions it rests on survive a
+//! crash.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tidelog_wal::{Body, ReadLimit, Reader, TabletId, TxnId, WalPos};
+
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Transactions classified at once while reading a log at the first round.
+const SCAN_CHUNK: usize = 65_536;
+
+/// How often the daemon's retention thread runs a round.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Computes and writes the releases of every tablet's received log (see the module doc).
+#[derive(Debug)]
+pub struct Releaser {
+    store: Arc<Store>,
+    root: PathBuf,
+    /// Per tablet: first intent position → transaction, for transactions found by reading
+    /// the log (applied before this process started) whose part there is still needed.
+    pinned: BTreeMap<TabletId, BTreeMap<WalPos, TxnId>>,
+    /// Tablets whose retained log was read for such transactions.
+    scanned: BTreeSet<TabletId>,
+    /// Each tablet's apply position when the releaser was made: the intents below it may
+    /// belong to transactions the cache does not hold; those above it went through the
+    /// cache. Tablets the store did not know then have nothing to read.
+    applied_at_start: BTreeMap<TabletId, WalPos>,
+    /// Whether the last round found the store's cache untrustworthy (logged once).
+    warned: bool,
+}
+
+impl Releaser {
+    /// A releaser of the received logs under `received_dir` (one directory per tablet).
+    /// Make it before or after the apply workers start, not later: it reads the apply
+    /// positions as of now as the end of what applied before this process.
+    pub fn new(store: Arc<Store>, received_dir: &Path) -> Result<Releaser> {
+        let applied_at_start = store
+            .tablets()?
+            .into_iter()
+            .map(|(t, m)| (t, m.applied_pos))
+            .collect();
+        Ok(Releaser {
+            store,
+            root: received_dir.to_path_buf(),
+            pinned: BTreeMap::new(),
+            scanned: BTreeSet::new(),
+            applied_at_start,
+            warned: false,
+        })
+    }
+
+    /// One round: returns the tablets whose release moved, with the new release.
+    pub fn round(&mut self) -> Result<BTreeMap<TabletId, WalPos>> {
+        let Some(floors) = self.store.retention_floors()? else {
+            if !self.warned {
+                tracing::warn!(
+                    "received-log retention paused: an apply batch failed, so the cache of \
+                     unresolved transactions is incomplete until a restart"
+                );
+                self.warned = true;
+            }
+            return Ok(BTreeMap::new());
+        };
+        let mut bounds = BTreeMap::new();
+        for (t, f) in floors {
+            let floor = f.pos();
+            if f.applied_pos == WalPos::ZERO {
+                continue; // nothing applied yet
+            }
+            let dir = self.root.join(t.as_str());
+            if !dir.is_dir() {
+                continue;
+            }
+            let released = tidelog_wal::retention::read_acked(&dir)
+                .map_err(|source| Error::Wal {
+                    tablet: t.clone(),
+                    source,
+                })?
+                .unwrap_or(WalPos::ZERO);
+            if !self.scanned.contains(&t) {
+                let upto = self
+                    .applied_at_start
+                    .get(&t)
+                    .copied()
+                    .unwrap_or(WalPos::ZERO);
+                self.scan(&t, released, upto)?;
+                self.scanned.insert(t.clone());
+            }
+            let mut bound = floor;
+            let mut held_by = f.intent.filter(|(p, _)| *p < f.applied_pos).map(|(_, x)| x);
+            if let Some(pins) = self.pinned.get_mut(&t) {
+                let txns: Vec<TxnId> = pins.values().copied().collect();
+                let needed = self.store.parts_needed(&t, &txns)?;
+                let mut it = needed.into_iter();
+                pins.retain(|_, _| it.next().unwrap_or(true));
+                if let Some((pos, txn)) = pins.first_key_value() {
+                    if *pos < bound {
+                        bound = *pos;
+                        held_by = Some(*txn);
+                    }
+                }
+            }
+            if let Some(txn) = held_by {
+                tracing::debug!(tablet = %t, applied_pos = %f.applied_pos, held_at = %bound,
+                    %txn, "received log held by a transaction whose part is not applied");
+            }
+            if bound > released {
+                bounds.insert(t, (dir, bound));
+            }
+        }
+        if bounds.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        // The apply positions and resolutions read above must survive a crash before the
+        // log below them goes.
+        self.store.persist()?;
+        let mut moved = BTreeMap::new();
+        for (t, (dir, bound)) in bounds {
+            tidelog_wal::retention::write_acked(&dir, bound).map_err(|source| Error::Wal {
+                tablet: t.clone(),
+                source,
+            })?;
+            tracing::debug!(tablet = %t, released = %bound, "received log released");
+            moved.insert(t, bound);
+        }
+        Ok(moved)
+    }
+
+    /// Reads `t`'s received log from `from` (its current release) up to `to` (its apply
+    /// position when the releaser was made) once, pinning the first intent of each
+    /// transaction whose part on `t` is still needed.
+    fn scan(&mut self, t: &TabletId, from: WalPos, to: WalPos) -> Result<()> {
+        let wal = |source| Error::Wal {
+            tablet: t.clone(),
+            source,
+        };
+        if to <= from {
+            return Ok(());
+        }
+        let mut r = Reader::open(&self.root, t, ReadLimit::Durable).map_err(wal)?;
+        let start = from.max(r.oldest());
+        if start >= to {
+            return Ok(());
+        }
+        r.seek(start).map_err(wal)?;
+        // The first intent of each transaction, classified in chunks (one store lock each;
+        // memory bounded by the chunk). A transaction spanning chunks may be pinned twice:
+        // harmless, the lower position rules and both resolve together.
+        let mut seen: BTreeSet<TxnId> = BTreeSet::new();
+        let mut firsts: Vec<(WalPos, TxnId)> = Vec::new();
+        loop {
+            let rec = r.next().map_err(wal)?.filter(|(pos, _)| *pos < to);
+            let done = rec.is_none();
+            if let Some((pos, rec)) = rec {
+                if let Body::Intent { txn, .. } = rec.body {
+                    if seen.insert(txn) {
+                        firsts.push((pos, txn));
+                    }
+                }
+            }
+            if done || firsts.len() >= SCAN_CHUNK {
+                let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
+                let needed = self.store.parts_needed(t, &txns)?;
+                let pins = self.pinned.entry(t.clone()).or_default();
+                for ((pos, txn), n) in firsts.drain(..).zip(needed) {
+                    if n {
+                        pins.insert(pos, txn);
+                    }
+                }
+                seen.clear();
+            }
+            if done {
+                break;
+            }
+        }
+        let pins = self.pinned.entry(t.clone()).or_default();
+        tracing::info!(tablet = %t, from = %start, to = %to, pinned = pins.len(),
+            "received log read for transactions applied before this start");
+        Ok(())
+    }
+}
+
+/// The daemon's retention thread: a [`Releaser`] round every `every` until dropped.
+#[derive(Debug)]
+pub struct ReceivedRetention {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ReceivedRetention {
+    pub fn start(
+        store: Arc<Store>,
+        received_dir: &Path,
+        every: Duration,
+    ) -> Result<ReceivedRetention> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop2 = stop.clone();
+        let mut rel = Releaser::new(store, received_dir)?;
+        let handle = std::thread::Builder::new()
+            .name("recv-retention".into())
+            .spawn(move || loop {
+                let (m, cv) = &*stop2;
+                let g = m.lock().unwrap_or_else(|p| p.into_inner());
+                let (g, _) = cv
+                    .wait_timeout_while(g, every, |stopped| !*stopped)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *g {
+                    return;
+                }
+                drop(g);
+                let started = std::time::Instant::now();
+                match rel.round() {
+                    Ok(moved) => tracing::debug!(moved = moved.len(), took = ?started.elapsed(),
+                        "received-log retention round"),
+                    Err(e) => tracing::error!("received-log retention: {e}"),
+                }
+            })
+            .map_err(|source| Error::Io {
+                op: "spawn the received-log retention thread",
+                path: received_dir.to_path_buf(),
+                source,
+            })?;
+        Ok(ReceivedRetention {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for ReceivedRetention {
+    fn drop(&mut self) {
+        let (m, cv) = &*self.stop;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

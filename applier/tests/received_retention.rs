@@ -1,0 +1,238 @@
+//! Received-log retention with real apply workers and the safe-time machinery: the release
+//! stops at the first intent of a transaction still waiting for its commit — also after a
+//! restart, when the transaction is no longer in the store's cache — moves past it once the
+//! transaction is applied or aborted, never moves back, and the log's writer then deletes
+//! the released segments while everything stays readable.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::consistency::Consistency;
+use tidelog_applier::retention::Releaser;
+use tidelog_applier::store::Store;
+use tidelog_wal::retention::read_acked;
+use tidelog_wal::*;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn t(s: &str) -> TabletId {
+    s.parse().unwrap()
+}
+
+fn writer(root: &Path, tab: &str) -> Writer {
+    Writer::open(
+        root,
+        &t(tab),
+        WalOptions {
+            segment_size: 16 << 10,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Appends and durably commits `recs`; returns each record's position.
+fn append(w: &mut Writer, recs: Vec<Record>) -> Vec<WalPos> {
+    let pos = recs.into_iter().map(|r| w.append(&r).unwrap()).collect();
+    w.commit(SyncPolicy::Always).unwrap();
+    pos
+}
+
+fn rec(ht: u64, body: Body) -> Record {
+    Record::new(HybridTime(ht), body)
+}
+
+fn intent(ht: u64, txn: u128, key: &str, v: &str) -> Record {
+    rec(
+        ht,
+        Body::Intent {
+            txn: TxnId::from_u128(txn),
+            trx_id: None,
+            ops: vec![Op::put(key, v)],
+        },
+    )
+}
+
+fn write(ht: u64, key: &str, v: &str) -> Record {
+    rec(
+        ht,
+        Body::Write {
+            ops: vec![Op::put(key, v)],
+            trx_id: None,
+            gtid: None,
+        },
+    )
+}
+
+/// The applier side: store, safe-time machinery and one apply worker per tablet.
+struct Target {
+    store: Arc<Store>,
+    consistency: Arc<Consistency>,
+    workers: Vec<ApplyWorker>,
+}
+
+impl Target {
+    fn start(dir: &Path, tablets: &[&str]) -> Target {
+        let store = Arc::new(Store::open(dir).unwrap());
+        let ts: Vec<TabletId> = tablets.iter().map(|s| t(s)).collect();
+        let consistency = Consistency::start(store.clone(), ts.clone()).unwrap();
+        let workers = ts
+            .into_iter()
+            .map(|tab| {
+                let cfg = ApplyConfig {
+                    poll_interval: Duration::from_millis(5),
+                    consistency: Some(consistency.clone()),
+                    ..Default::default()
+                };
+                ApplyWorker::start(store.clone(), &dir.join("received"), tab, cfg).unwrap()
+            })
+            .collect();
+        Target {
+            store,
+            consistency,
+            workers,
+        }
+    }
+
+    fn wait_applied(&self, tab: &str, end: WalPos) {
+        let w = self.workers.iter().find(|w| w.tablet() == &t(tab)).unwrap();
+        assert!(w.wait_applied(end, DEADLINE), "{tab}: {:?}", w.error());
+    }
+
+    fn stop(mut self) {
+        for w in &mut self.workers {
+            w.stop().unwrap();
+        }
+        self.consistency.stop();
+    }
+}
+
+fn released(received: &Path, tab: &str) -> WalPos {
+    read_acked(&received.join(tab))
+        .unwrap()
+        .unwrap_or(WalPos::ZERO)
+}
+
+#[test]
+fn release_waits_for_undecided_intents_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let (mut wa, mut ws) = (writer(&received, "a"), writer(&received, "s"));
+    // Tablet a: an intent of txn 1 (decided much later) and one of txn 2 (aborted soon),
+    // then enough single-tablet writes for several segments.
+    let p1 = append(&mut wa, vec![intent(10, 1, "t1", "one")])[0];
+    let p2 = append(&mut wa, vec![intent(11, 2, "t2", "two")])[0];
+    let value = "x".repeat(500);
+    for i in 0..100u64 {
+        append(&mut wa, vec![write(20 + i, &format!("k{i}"), &value)]);
+    }
+    append(&mut ws, vec![rec(200, Body::Heartbeat)]);
+    let target = Target::start(dir.path(), &["a", "s"]);
+    target.wait_applied("a", wa.durable_pos());
+    target.wait_applied("s", ws.durable_pos());
+
+    // Txn 1 is undecided: a's release stops at its intent; s has nothing to hold.
+    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    rel.round().unwrap();
+    assert_eq!(released(&received, "a"), p1);
+    assert_eq!(released(&received, "s"), ws.durable_pos());
+
+    // Txn 2 aborted: still held by txn 1 before it.
+    let end_s = *append(
+        &mut ws,
+        vec![rec(
+            201,
+            Body::Abort {
+                txn: TxnId::from_u128(2),
+                trx_id: None,
+            },
+        )],
+    )
+    .last()
+    .unwrap();
+    target.wait_applied("s", ws.durable_pos());
+    assert!(end_s > WalPos::ZERO);
+    rel.round().unwrap();
+    assert_eq!(released(&received, "a"), p1);
+
+    // Restart: txn 1 is no longer in the cache; the new releaser must find it in the log.
+    drop(rel);
+    target.stop();
+    let target = Target::start(dir.path(), &["a", "s"]);
+    target.wait_applied("a", wa.durable_pos());
+    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    rel.round().unwrap();
+    assert_eq!(
+        released(&received, "a"),
+        p1,
+        "released past the intent of an undecided transaction after a restart"
+    );
+    assert!(p2 > p1);
+
+    // Txn 1 commits (decided on s), a passes its commit_ht: the part is applied, and the
+    // release moves to a's apply position.
+    append(
+        &mut ws,
+        vec![rec(
+            300,
+            Body::Commit {
+                txn: TxnId::from_u128(1),
+                participants: vec![t("a")],
+                trx_id: None,
+                gtid: None,
+            },
+        )],
+    );
+    append(&mut wa, vec![rec(301, Body::Heartbeat)]);
+    let end_a = wa.durable_pos();
+    target.wait_applied("a", end_a);
+    target.wait_applied("s", ws.durable_pos());
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        rel.round().unwrap();
+        if released(&received, "a") == end_a {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a's release stuck at {} (apply position {end_a})",
+            released(&received, "a")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        target
+            .store
+            .get(b"t1", None)
+            .unwrap()
+            .unwrap()
+            .value
+            .as_deref(),
+        Some(&b"one"[..])
+    );
+    assert_eq!(target.store.get(b"t2", None).unwrap(), None, "aborted");
+
+    // The writer deletes the released segments when it next rotates; what is left reads.
+    let before = tidelog_wal::reader::list_segments(&received.join("a"))
+        .unwrap()
+        .len();
+    for i in 0..40u64 {
+        append(&mut wa, vec![write(400 + i, &format!("m{i}"), &value)]);
+    }
+    let segs = tidelog_wal::reader::list_segments(&received.join("a")).unwrap();
+    assert!(
+        segs.len() < before && segs[0].0 > p1,
+        "segments before {before}, after {segs:?}"
+    );
+    target.wait_applied("a", wa.durable_pos());
+    let k99 = target.store.get(b"k99", None).unwrap().unwrap();
+    assert_eq!(k99.value.as_deref(), Some(value.as_bytes()));
+    // Never backwards: a new releaser (as after a restart) keeps the release.
+    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    rel.round().unwrap();
+    assert!(released(&received, "a") >= end_a);
+    target.stop();
+}
