@@ -40,7 +40,7 @@ use crate::store::Store;
 const SCAN_CHUNK: usize = 65_536;
 
 /// How often the daemon's retention thread runs a round.
-pub const RETENTION_INTERVAL: Duration = Duration::from_secs(10);
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Computes and writes the releases of every tablet's received log (see the module doc).
 #[derive(Debug)]

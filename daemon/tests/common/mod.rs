@@ -67,10 +67,17 @@ impl Cluster {
         std::fs::create_dir_all(&c.wal).unwrap();
         let tls = root.join("tls");
         let t = |f: &str| tls.join(f).display().to_string();
+        // Small received segments (rotation and retention run in tests) unless the test
+        // sets its own.
+        let segment = if extra_applier.contains("segment-size") {
+            ""
+        } else {
+            "segment-size = \"1MiB\"\n"
+        };
         std::fs::write(
             &c.applier_cfg,
             format!(
-                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"{sync}\"\nsegment-size = \"1MiB\"\n{extra_applier}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
+                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"{sync}\"\n{segment}{extra_applier}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n[quic]\nidle-timeout = \"1s\"\n",
                 c.data.display(),
                 c.applier_sock.display(),
                 t("ca.pem"),
