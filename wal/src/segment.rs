@@ -288,6 +288,23 @@ impl MappedSegment {
         }
     }
 
+    /// Writes `bytes` at offset `off` of the record area through the file (`pwrite`), not
+    /// the mapping: the page cache is the same, so the mapping, readers and `sync_range`
+    /// see them alike, but the writing thread takes no page faults, and pages it never
+    /// mapped need no write-protecting (TLB shootdowns) when they are written back.
+    pub fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
+        assert!(
+            off + bytes.len() <= self.capacity,
+            "write past the segment's capacity"
+        );
+        std::os::unix::fs::FileExt::write_all_at(
+            &self.file,
+            bytes,
+            (SEGMENT_HEADER_LEN + off) as u64,
+        )
+        .map_err(|e| Error::io("write", &self.path, e))
+    }
+
     /// msync(MS_SYNC) the record bytes `[from, to)` (offsets in the record area).
     pub fn sync_range(&self, from: usize, to: usize) -> Result<()> {
         if to <= from {
