@@ -434,6 +434,8 @@ impl Shared {
         let root = self.opts.data_dir.join("received");
         let wopts = WalOptions {
             segment_size: self.opts.segment_size,
+            // Written with `append_encoded` only (through the file): nothing to pre-fault.
+            prefault: false,
             ..WalOptions::default()
         };
         let writer = Writer::open(&root, t, wopts)

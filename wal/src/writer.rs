@@ -88,6 +88,11 @@ pub struct WalOptions {
     pub max_retained_bytes: Option<u64>,
     /// Verify every sealed segment on open, not only the last one. Default false.
     pub verify_on_open: bool,
+    /// Pre-fault each spare segment's mapping in the background, so that appends through
+    /// the mapping ([`Writer::append`]) take no page faults. Default true. A log written
+    /// only with [`Writer::append_encoded`] (through the file) gains nothing from it: the
+    /// applier's received logs turn it off.
+    pub prefault: bool,
 }
 
 impl Default for WalOptions {
@@ -98,6 +103,7 @@ impl Default for WalOptions {
             batch_bytes: 4 << 20,
             max_retained_bytes: None,
             verify_on_open: false,
+            prefault: true,
         }
     }
 }
@@ -584,6 +590,7 @@ impl Writer {
         let dir = self.dir.clone();
         let size = self.opts.segment_size;
         let write = !self.durable_segments;
+        let prefault = self.opts.prefault;
         let stop = self.bg_stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("wal-spare-{}", self.tablet))
@@ -594,7 +601,7 @@ impl Writer {
                 if let Some(prev) = prev {
                     let _ = prev.join();
                 }
-                if let (true, Some(pf)) = (sent, pf) {
+                if let (true, true, Some(pf)) = (sent, prefault, pf) {
                     pf.run(write, &stop);
                 }
             });
