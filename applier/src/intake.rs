@@ -673,8 +673,18 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
         Err(e) => return Err(e.into()),
     }
     let (kind, len, sum) = wire::decode_header(&head)?;
-    let mut body = vec![0u8; len];
-    recv.read_exact(&mut body).await?;
+    // Filled chunk by chunk (one copy out of quinn's buffers, no zeroing first: frames are
+    // up to a few MiB).
+    let mut body = Vec::with_capacity(len);
+    while body.len() < len {
+        match recv.read_chunk(len - body.len(), true).await? {
+            Some(c) => body.extend_from_slice(&c.bytes),
+            None => anyhow::bail!(
+                "the stream ended {} bytes into a {len}-byte {kind:?} message body",
+                body.len()
+            ),
+        }
+    }
     let msg = wire::decode_body(kind, &body, sum)?;
     let body = Bytes::from(body);
     let payload = if kind == MsgKind::Data {
