@@ -610,12 +610,14 @@ impl Binlog {
     }
 
     /// Removes, into `b`, up to `max` entries with `commit_ht < before` and their index
-    /// entries. Returns how many binlog entries it removed and whether it reached `before`.
+    /// entries, adding the distributed transactions among them to `txns`. Returns how many
+    /// binlog entries it removed and whether it reached `before`.
     pub(crate) fn expire(
         &self,
         b: &mut OwnedWriteBatch,
         before: HybridTime,
         max: usize,
+        txns: &mut Vec<TxnId>,
     ) -> Result<(usize, bool)> {
         let mut n = 0;
         for g in self.binlog.range(..before.0.to_be_bytes().to_vec()) {
@@ -632,14 +634,21 @@ impl Binlog {
             if let Some(g) = e.gtid {
                 b.remove(&self.gtid, gtid_key(g.domain, g.seq).to_vec());
             }
+            txns.extend(e.txn);
             n += 1;
         }
         Ok((n, true))
     }
 
-    /// Removes, into `b`, aborted `trx_open` entries older than `before`. The caller holds
-    /// the store's write lock until the batch commits (apply read-modify-writes them).
-    pub(crate) fn expire_open(&self, b: &mut OwnedWriteBatch, before: HybridTime) -> Result<usize> {
+    /// Removes, into `b`, aborted `trx_open` entries older than `before`, adding their
+    /// transactions to `txns`. The caller holds the store's write lock until the batch
+    /// commits (apply read-modify-writes them).
+    pub(crate) fn expire_open(
+        &self,
+        b: &mut OwnedWriteBatch,
+        before: HybridTime,
+        txns: &mut Vec<TxnId>,
+    ) -> Result<usize> {
         let mut n = 0;
         for g in self.trx_open.iter() {
             let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
@@ -647,6 +656,7 @@ impl Binlog {
                 .map_err(|r| Error::corrupt(TRX_OPEN, format!("key {}", k.escape_ascii()), r))?;
             if o.kind == OpenKind::Aborted && o.ht < before {
                 b.remove(&self.trx_open, k.to_vec());
+                txns.push(o.txn);
                 n += 1;
             }
         }

@@ -572,14 +572,24 @@ impl Store {
     /// number of binlog entries removed and whether everything below `before` is gone.
     pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
         let mut b = self.db.batch();
-        let (n, done) = self.bl.expire(&mut b, before, max)?;
+        let mut txns = Vec::new();
+        let (n, done) = self.bl.expire(&mut b, before, max, &mut txns)?;
+        // Their `txns` records go too (committed below safe time: applied everywhere, so
+        // nothing reads them again); apply read-modify-writes `txns`, so under the lock.
+        let _g = self.lock();
         if done {
-            // Aborted `trx_open` entries: read-modify-written by apply, under the lock.
-            let _g = self.lock();
+            // Aborted `trx_open` entries, and their transactions' records.
             let mut ob = self.db.batch();
-            if self.bl.expire_open(&mut ob, before)? > 0 {
+            let mut aborted = Vec::new();
+            if self.bl.expire_open(&mut ob, before, &mut aborted)? > 0 {
+                for t in aborted {
+                    ob.remove(&self.txns, t.0.to_vec());
+                }
                 self.commit(ob, Durability::Buffered)?;
             }
+        }
+        for t in txns {
+            b.remove(&self.txns, t.0.to_vec());
         }
         let raise = n > 0 && before > self.binlog_horizon()?;
         if raise {
@@ -1135,8 +1145,9 @@ impl Store {
     /// its intents in the received log — not aborted, and not known to be applied there. The
     /// cache knows the parts applied by this process (one lock for all of `txns`); a
     /// committed transaction out of the cache is applied on every participant unless
-    /// `pending` still lists it. A transaction the store does not know counts as needed
-    /// (keeps its intents; never drops one by mistake).
+    /// `pending` still lists it. Every applied intent's transaction has a record (written in
+    /// the same batch), so one the store does not know was resolved and pruned by binlog
+    /// retention: not needed.
     pub fn parts_needed(&self, tablet: &TabletId, txns: &[TxnId]) -> Result<Vec<bool>> {
         let mut out: Vec<Option<bool>> = {
             let g = self.lock();
@@ -1155,7 +1166,7 @@ impl Store {
                 continue;
             }
             let needed = match self.txn(txn)? {
-                None => true,
+                None => false,
                 Some(st) if st.aborted || st.applied_parts.contains(tablet) => false,
                 Some(st) => match &st.commit {
                     None => true,
@@ -1899,6 +1910,86 @@ mod tests {
         assert_eq!(s.txn(&TxnId::from_u128(1)).unwrap(), None);
         // Intents are not copied into mvcc.
         assert_eq!(s.get(b"p", None).unwrap(), None);
+    }
+
+    /// Binlog retention prunes the `txns` records of the transactions it expires — a
+    /// committed one with its binlog entry, an aborted one with its `trx_open` entry — and
+    /// keeps those of younger and undecided ones.
+    #[test]
+    fn binlog_retention_prunes_resolved_transactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let (a, st) = (t("a"), t("status"));
+        let (x, y, z, w) = (
+            TxnId::from_u128(1),
+            TxnId::from_u128(2),
+            TxnId::from_u128(3),
+            TxnId::from_u128(4),
+        );
+        let intent = |ht, txn, c| {
+            Record::new(
+                HybridTime(ht),
+                Body::Intent {
+                    txn,
+                    trx_id: Some(TrxId::new(9, c)),
+                    ops: vec![Op::put(format!("k{c}"), "v")],
+                },
+            )
+        };
+        let (ra, enda) = place(
+            0,
+            vec![
+                intent(5, x, 1),
+                intent(6, y, 2),
+                intent(7, z, 3),
+                intent(8, w, 4),
+            ],
+        );
+        s.apply(&a, &ra, enda, Durability::Sync).unwrap();
+        let commit = |ht, txn, c| {
+            Record::new(
+                HybridTime(ht),
+                Body::Commit {
+                    txn,
+                    participants: vec![a.clone()],
+                    trx_id: Some(TrxId::new(9, c)),
+                    gtid: Some(Gtid::new(0, 1, c)),
+                },
+            )
+        };
+        let (rs, ends) = place(
+            0,
+            vec![
+                commit(10, x, 1),
+                Record::new(
+                    HybridTime(11),
+                    Body::Abort {
+                        txn: y,
+                        trx_id: Some(TrxId::new(9, 2)),
+                    },
+                ),
+                commit(30, z, 3),
+            ],
+        );
+        s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        let part = |txn, ht| Part {
+            txn,
+            commit_ht: HybridTime(ht),
+            ops: vec![],
+        };
+        s.apply_parts(&a, &[part(x, 10), part(z, 30)], Durability::Sync)
+            .unwrap();
+        let known = |txn| s.txn(&txn).unwrap().is_some();
+        assert!(known(x) && known(y) && known(z) && known(w));
+        // Expire below 20: x's commit and y's abort go, with their records; z (committed at
+        // 30) and w (undecided) stay.
+        let (n, done) = s.expire_binlog(HybridTime(20), 100).unwrap();
+        assert_eq!((n, done), (1, true));
+        assert!(!known(x), "the expired commit's record stayed");
+        assert!(!known(y), "the expired abort's record stayed");
+        assert!(known(z) && known(w));
+        // A pruned transaction is resolved: its intents are not needed any more.
+        assert_eq!(s.parts_needed(&a, &[x, w]).unwrap(), vec![false, true]);
     }
 
     #[test]
