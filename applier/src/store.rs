@@ -194,8 +194,9 @@ pub struct Store {
     bl: Binlog,
     /// The cutover's cut (0: none). Every read is capped at it.
     cut: std::sync::atomic::AtomicU64,
-    /// `global/binlog_horizon`, cached (raised only by `expire_binlog`).
-    horizon: std::sync::atomic::AtomicU64,
+    /// `global/binlog_horizon`, cached (raised only by `expire_binlog`); shared with the
+    /// `mvcc` history filter ([`crate::history`]).
+    horizon: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions (the committed state of their `txns` records, so applying does not read
     /// them back from the LSM; resolved ones leave it).
@@ -231,8 +232,18 @@ impl Store {
             path: path.clone(),
             source,
         })?;
+        // `mvcc` drops versions older than the retention horizon that no read can see.
+        let horizon = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let h2 = horizon.clone();
         let db = Database::builder(&path)
             .cache_size(cache_size)
+            .with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
+                (name == MVCC).then(|| {
+                    std::sync::Arc::new(crate::history::HistoryFactory {
+                        horizon: h2.clone(),
+                    }) as std::sync::Arc<dyn fjall::compaction::filter::Factory>
+                })
+            }))
             .open()
             .map_err(Error::store("open database"))?;
         let ks = |name: &'static str| {
@@ -272,14 +283,17 @@ impl Store {
             pending,
             bl,
             cut: std::sync::atomic::AtomicU64::new(0),
-            horizon: std::sync::atomic::AtomicU64::new(0),
+            horizon,
             write_lock: Mutex::new(HashMap::new()),
             cache_incomplete: std::sync::atomic::AtomicBool::new(false),
         };
         if let Some(c) = store.cutover()? {
             *store.cut.get_mut() = c.cut.0;
         }
-        *store.horizon.get_mut() = store.read_binlog_horizon()?.0;
+        store.horizon.store(
+            store.read_binlog_horizon()?.0,
+            std::sync::atomic::Ordering::Release,
+        );
         Ok(store)
     }
 
@@ -1910,6 +1924,59 @@ mod tests {
         assert_eq!(s.txn(&TxnId::from_u128(1)).unwrap(), None);
         // Intents are not copied into mvcc.
         assert_eq!(s.get(b"p", None).unwrap(), None);
+    }
+
+    /// The `mvcc` history filter, through a real compaction: once the retention horizon
+    /// passed, versions older than the newest one at or below it are gone; reads at or
+    /// after the horizon answer as before.
+    #[test]
+    fn compaction_drops_versions_no_read_can_see() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let a = t("a");
+        let mut recs = Vec::new();
+        for (i, ht) in [10u64, 20, 30, 40].into_iter().enumerate() {
+            recs.push(write(ht, vec![Op::put("k", format!("v{ht}"))]));
+            recs.push(write(ht + 1, vec![Op::put(format!("other{i}"), "x")]));
+        }
+        // A commit with a trx id at 12: expiring it raises the horizon.
+        recs.push(Record::new(
+            HybridTime(50),
+            Body::Write {
+                ops: vec![Op::put("c", "1")],
+                trx_id: Some(TrxId::new(1, 1)),
+                gtid: None,
+            },
+        ));
+        let (r, end) = place(0, recs);
+        s.apply(&a, &r, end, Durability::Sync).unwrap();
+        let k_prefix = keys::encode(b"k", HybridTime::MAX)[..3].to_vec();
+        let versions = |s: &Store| -> Vec<u64> {
+            s.mvcc
+                .prefix(&k_prefix)
+                .map(|g| keys::split(&g.key().unwrap()).unwrap().1 .0)
+                .collect()
+        };
+        s.flush().unwrap();
+        s.mvcc.major_compact().unwrap();
+        assert_eq!(
+            versions(&s),
+            vec![40, 30, 20, 10],
+            "no horizon yet: all kept"
+        );
+        assert_eq!(s.expire_binlog(HybridTime(55), 10).unwrap(), (1, true));
+        assert_eq!(s.binlog_horizon().unwrap(), HybridTime(55));
+        // Horizon 55 is above every version of k: only the newest (40) can be read.
+        let at = |ht| s.get(b"k", Some(HybridTime(ht))).unwrap().map(|v| v.ht.0);
+        assert_eq!((at(55), at(35)), (Some(40), Some(30)));
+        s.mvcc.major_compact().unwrap();
+        assert_eq!(versions(&s), vec![40]);
+        assert_eq!(at(55), Some(40));
+        assert_eq!(
+            s.get(b"k", None).unwrap().unwrap().value.as_deref(),
+            Some(&b"v40"[..])
+        );
+        assert_eq!(s.get(b"other0", None).unwrap().unwrap().ht, HybridTime(11));
     }
 
     /// Binlog retention prunes the `txns` records of the transactions it expires — a

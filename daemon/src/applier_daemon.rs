@@ -458,6 +458,18 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         Some(a) => Some(HybridTime(admin::parse_ht("at", a)?)),
         None => None,
     };
+    if let Some(at) = at {
+        // Versions older than the retention horizon may have been compacted away.
+        let h = s
+            .store
+            .binlog_horizon()
+            .map_err(|e| ApiError::internal(&e.into()))?;
+        if at < h {
+            return Err(ApiError::bad_request(format!(
+                "at={at} is older than the retention horizon {h} (binlog-retention): the versions it would read may be gone"
+            )));
+        }
+    }
     let mode = q.mode.as_deref().unwrap_or("consistent");
     if mode == "latest" {
         if at.is_some() {

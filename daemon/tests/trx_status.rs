@@ -238,4 +238,14 @@ fn retention_expiry_gives_unknown() {
     assert!(v["reason"].as_str().unwrap().contains("retention"), "{v}");
     let (_, b) = api(&c.applier_sock, "GET", "/v1/binlog").unwrap();
     assert_eq!(b["entries"].as_array().unwrap().len(), 0, "{b}");
+    // History before the retention horizon is refused (its versions may be compacted
+    // away), naming the horizon; a read at the safe time still answers.
+    let (st, v) = api(&c.applier_sock, "GET", &format!("/v1/scan?prefix=&at={t}")).unwrap();
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["message"].as_str().unwrap().contains("retention horizon"),
+        "{v}"
+    );
+    let (st, v) = api(&c.applier_sock, "GET", "/v1/scan?prefix=").unwrap();
+    assert_eq!(st, 200, "{v}");
 }
