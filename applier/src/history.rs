@@ -2,9 +2,10 @@
 //! can see any more (drawn in `applier/STORE.md`, "`mvcc` history").
 //!
 //! Reads are at the safe time or at an explicit `at` no older than the retention horizon
-//! `H` (`global/binlog_horizon`, raised by binlog retention, always ≤ the safe time). A read
-//! at `t ≥ H` sees, per key, the newest version with `ht ≤ t`; so of the versions with
-//! `ht ≤ H` only the newest can ever be read, and the older ones go:
+//! `H` (`global/binlog_horizon`, raised by binlog retention, at most the safe time + 1; the
+//! filter works with `H − 1`, which no read is below). A read at `t ≥ H` sees, per key, the
+//! newest version with `ht ≤ t`; so of the versions with `ht ≤ H` only the newest can ever
+//! be read, and the older ones go:
 //!
 //! ```text
 //!  key k:  v@40  v@30  v@20  v@10  v@5        H = 25
@@ -36,8 +37,11 @@ impl Factory for HistoryFactory {
     }
 
     fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
+        // Binlog retention raises `H` to at most safe time + 1, and a consistent read is at
+        // the safe time: keep what a read at `H − 1` sees (a version at exactly `H` may
+        // exist on a tablet ahead of the others and must not hide the one below it).
         Box::new(HistoryFilter {
-            horizon: self.horizon.load(Ordering::Acquire),
+            horizon: self.horizon.load(Ordering::Acquire).saturating_sub(1),
             key: Vec::new(),
             seen_base: false,
         })
