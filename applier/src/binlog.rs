@@ -6,6 +6,7 @@
 //!  trx       BE connect_id ‖ BE counter             → commit {commit_ht, carrier, gtid?, txn?}
 //!  trx_open  BE connect_id ‖ BE counter             → newest pending | aborted {ht, carrier, txn}
 //!  gtid      BE domain ‖ BE seq                     → {server, commit_ht, carrier, trx_id?}
+//!  open_aborts  BE ht ‖ trx key                      → ``  (aborted trx_open entries by time)
 //! ```
 //!
 //! Entries are written by [`crate::store::Store::apply`] in the same atomic batch as the
@@ -36,6 +37,7 @@ pub const BINLOG: &str = "binlog";
 pub const TRX: &str = "trx";
 pub const TRX_OPEN: &str = "trx_open";
 pub const GTID: &str = "gtid";
+pub const OPEN_ABORTS: &str = "open_aborts";
 
 const VERSION: u8 = 1;
 const F_TRX: u8 = 1;
@@ -99,6 +101,9 @@ pub struct Binlog {
     pub(crate) trx: Keyspace,
     pub(crate) trx_open: Keyspace,
     pub(crate) gtid: Keyspace,
+    /// Aborted `trx_open` entries by time, for retention: `BE ht ‖ trx key` → ``. May hold
+    /// entries a newer attempt replaced since; expiry checks before it removes.
+    pub(crate) open_aborts: Keyspace,
 }
 
 impl std::fmt::Debug for Binlog {
@@ -409,7 +414,12 @@ impl Binlog {
     pub(crate) fn write_open(&self, b: &mut OwnedWriteBatch, edits: OpenEdits) {
         for (t, o) in edits.0 {
             match o {
-                Some(o) => b.insert(&self.trx_open, trx_key(t).to_vec(), encode_open(&o)),
+                Some(o) => {
+                    if o.kind == OpenKind::Aborted {
+                        b.insert(&self.open_aborts, open_abort_key(o.ht, t), Vec::new());
+                    }
+                    b.insert(&self.trx_open, trx_key(t).to_vec(), encode_open(&o));
+                }
                 None => b.remove(&self.trx_open, trx_key(t).to_vec()),
             }
         }
@@ -641,8 +651,9 @@ impl Binlog {
     }
 
     /// Removes, into `b`, aborted `trx_open` entries older than `before`, adding their
-    /// transactions to `txns`. The caller holds the store's write lock until the batch
-    /// commits (apply read-modify-writes them).
+    /// transactions to `txns`: a range of `open_aborts` (only what expires is read), each
+    /// checked against `trx_open` (a retry may have replaced it). The caller holds the
+    /// store's write lock until the batch commits (apply read-modify-writes `trx_open`).
     pub(crate) fn expire_open(
         &self,
         b: &mut OwnedWriteBatch,
@@ -650,18 +661,41 @@ impl Binlog {
         txns: &mut Vec<TxnId>,
     ) -> Result<usize> {
         let mut n = 0;
-        for g in self.trx_open.iter() {
-            let (k, v) = g.into_inner().map_err(Error::store("read trx_open"))?;
-            let o = decode_open(&v)
-                .map_err(|r| Error::corrupt(TRX_OPEN, format!("key {}", k.escape_ascii()), r))?;
-            if o.kind == OpenKind::Aborted && o.ht < before {
-                b.remove(&self.trx_open, k.to_vec());
-                txns.push(o.txn);
-                n += 1;
+        for g in self.open_aborts.range(..before.0.to_be_bytes().to_vec()) {
+            let k = g.key().map_err(Error::store("read open_aborts"))?;
+            let (ht, t) = decode_open_abort_key(&k).ok_or_else(|| {
+                Error::corrupt(
+                    OPEN_ABORTS,
+                    format!("key {}", k.escape_ascii()),
+                    "expected 24 bytes",
+                )
+            })?;
+            b.remove(&self.open_aborts, k.to_vec());
+            if let Some(o) = self.trx_open(t)? {
+                if o.kind == OpenKind::Aborted && o.ht == ht {
+                    b.remove(&self.trx_open, trx_key(t).to_vec());
+                    txns.push(o.txn);
+                    n += 1;
+                }
             }
         }
         Ok(n)
     }
+}
+
+/// `open_aborts` key: `BE ht ‖ trx key`.
+fn open_abort_key(ht: HybridTime, t: TrxId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(24);
+    k.extend_from_slice(&ht.0.to_be_bytes());
+    k.extend_from_slice(&trx_key(t));
+    k
+}
+
+fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
+    let ht = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
+    let c = u64::from_be_bytes(k.get(8..16)?.try_into().ok()?);
+    let n = u64::from_be_bytes(k.get(16..24)?.try_into().ok()?);
+    (k.len() == 24).then(|| (HybridTime(ht), TrxId::new(c, n)))
 }
 
 /// Binlog retention (`binlog-retention`): a thread that removes entries whose `commit_ht`

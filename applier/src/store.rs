@@ -274,6 +274,7 @@ impl Store {
             trx: pinned(binlog::TRX)?,
             trx_open: pinned(binlog::TRX_OPEN)?,
             gtid: pinned(binlog::GTID)?,
+            open_aborts: ks(binlog::OPEN_ABORTS)?,
         };
         let mut store = Store {
             db,
@@ -377,6 +378,7 @@ impl Store {
             binlog::TRX,
             binlog::TRX_OPEN,
             binlog::GTID,
+            binlog::OPEN_ABORTS,
         ];
         names
             .into_iter()
@@ -385,7 +387,7 @@ impl Store {
             .collect()
     }
 
-    fn keyspaces(&self) -> [&Keyspace; 8] {
+    fn keyspaces(&self) -> [&Keyspace; 9] {
         [
             &self.mvcc,
             &self.txns,
@@ -395,6 +397,7 @@ impl Store {
             &self.bl.trx,
             &self.bl.trx_open,
             &self.bl.gtid,
+            &self.bl.open_aborts,
         ]
     }
 
@@ -595,10 +598,11 @@ impl Store {
             // Aborted `trx_open` entries, and their transactions' records.
             let mut ob = self.db.batch();
             let mut aborted = Vec::new();
-            if self.bl.expire_open(&mut ob, before, &mut aborted)? > 0 {
-                for t in aborted {
-                    ob.remove(&self.txns, t.0.to_vec());
-                }
+            self.bl.expire_open(&mut ob, before, &mut aborted)?;
+            for t in aborted {
+                ob.remove(&self.txns, t.0.to_vec());
+            }
+            if !ob.is_empty() {
                 self.commit(ob, Durability::Buffered)?;
             }
         }
@@ -2057,6 +2061,69 @@ mod tests {
         assert!(known(z) && known(w));
         // A pruned transaction is resolved: its intents are not needed any more.
         assert_eq!(s.parts_needed(&a, &[x, w]).unwrap(), vec![false, true]);
+    }
+
+    /// Expiring an aborted attempt of a trx id whose retry (same trx id, newer) is
+    /// undecided keeps the retry's `trx_open` entry: the time index is checked against it.
+    #[test]
+    fn expiry_keeps_a_retry_that_replaced_an_aborted_attempt() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let (a, st) = (t("a"), t("status"));
+        let id = TrxId::new(9, 2);
+        let (first, retry) = (TxnId::from_u128(1), TxnId::from_u128(2));
+        let intent = |ht, txn| {
+            Record::new(
+                HybridTime(ht),
+                Body::Intent {
+                    txn,
+                    trx_id: Some(id),
+                    ops: vec![],
+                },
+            )
+        };
+        let (ra, _) = place(0, vec![intent(5, first), intent(12, retry)]);
+        s.apply(&a, &ra[..1], ra[1].0, Durability::Sync).unwrap();
+        let abort = Record::new(
+            HybridTime(11),
+            Body::Abort {
+                txn: first,
+                trx_id: Some(id),
+            },
+        );
+        let (rs, ends) = place(0, vec![abort]);
+        s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        let o = s.bl.trx_open(id).unwrap().unwrap();
+        assert_eq!((o.kind, o.txn), (OpenKind::Aborted, first));
+        let (_, enda) = place(0, vec![intent(5, first), intent(12, retry)]);
+        s.apply(&a, &ra[1..], enda, Durability::Sync).unwrap();
+        let o = s.bl.trx_open(id).unwrap().unwrap();
+        assert_eq!((o.kind, o.txn), (OpenKind::Pending, retry));
+        // A binlog entry below 20, so that expiry runs to the end and expires opens.
+        let (rw, endw) = place(
+            enda.0,
+            vec![Record::new(
+                HybridTime(13),
+                Body::Write {
+                    ops: vec![],
+                    trx_id: Some(TrxId::new(1, 1)),
+                    gtid: None,
+                },
+            )],
+        );
+        s.apply(&a, &rw, endw, Durability::Sync).unwrap();
+        assert_eq!(s.expire_binlog(HybridTime(20), 10).unwrap(), (1, true));
+        let o = s.bl.trx_open(id).unwrap().unwrap();
+        assert_eq!(
+            (o.kind, o.txn),
+            (OpenKind::Pending, retry),
+            "the retry's entry went"
+        );
+        assert_eq!(
+            s.bl.open_aborts.iter().count(),
+            0,
+            "the stale index entry stayed"
+        );
     }
 
     #[test]
