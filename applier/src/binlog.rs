@@ -21,8 +21,7 @@
 //! is older than `binlog-retention` together with their index entries, and raises the
 //! horizon kept in `meta`.
 
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fjall::{Keyspace, OwnedWriteBatch};
@@ -30,6 +29,7 @@ use tidelog_wal::{Gtid, HybridTime, TabletId, TrxId, TxnId};
 
 use crate::consistency::Consistency;
 use crate::error::{Error, Result};
+use crate::periodic::Periodic;
 use crate::store::{put_tablet, Cur, Store};
 
 /// Keyspace names.
@@ -703,8 +703,8 @@ fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
 /// retention (between 100 ms and 1 min). Stops when dropped.
 #[derive(Debug)]
 pub struct Retention {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    handle: Option<JoinHandle<()>>,
+    /// Held for its `Drop`: stops and joins the thread.
+    _thread: Periodic,
 }
 
 /// Entries removed per store batch by retention.
@@ -716,64 +716,39 @@ impl Retention {
         consistency: Arc<Consistency>,
         retention: Duration,
     ) -> Result<Retention> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let stop2 = stop.clone();
         let every = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
-        let handle = std::thread::Builder::new()
-            .name("binlog-retention".into())
-            .spawn(move || loop {
-                if let Some(safe) = consistency.safe_time() {
-                    // A retention reaching before the epoch keeps everything.
-                    let horizon = SystemTime::now()
-                        .checked_sub(retention)
-                        .map_or(HybridTime::MIN, HybridTime::from_system_time);
-                    let before = horizon.min(safe.next());
-                    loop {
-                        match store.expire_binlog(before, EXPIRE_BATCH) {
-                            Ok((n, done)) => {
-                                if n > 0 {
-                                    tracing::debug!(removed = n, %before, "binlog retention");
-                                }
-                                if done {
-                                    break;
-                                }
-                            }
-                            Err(e) => {
-                                tracing::error!("binlog retention: {e}");
-                                break;
-                            }
+        let p = Periodic::start("binlog-retention", every, move || {
+            let Some(safe) = consistency.safe_time() else {
+                return;
+            };
+            // A retention reaching before the epoch keeps everything.
+            let horizon = SystemTime::now()
+                .checked_sub(retention)
+                .map_or(HybridTime::MIN, HybridTime::from_system_time);
+            let before = horizon.min(safe.next());
+            loop {
+                match store.expire_binlog(before, EXPIRE_BATCH) {
+                    Ok((n, done)) => {
+                        if n > 0 {
+                            tracing::debug!(removed = n, %before, "binlog retention");
+                        }
+                        if done {
+                            break;
                         }
                     }
+                    Err(e) => {
+                        tracing::error!("binlog retention: {e}");
+                        break;
+                    }
                 }
-                let (m, cv) = &*stop2;
-                let g = m.lock().unwrap_or_else(|p| p.into_inner());
-                let (g, _) = cv
-                    .wait_timeout_while(g, every, |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *g {
-                    return;
-                }
-            })
-            .map_err(|source| Error::Io {
-                op: "spawn the binlog retention thread",
-                path: Default::default(),
-                source,
-            })?;
-        Ok(Retention {
-            stop,
-            handle: Some(handle),
+            }
         })
-    }
-}
-
-impl Drop for Retention {
-    fn drop(&mut self) {
-        let (m, cv) = &*self.stop;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        .map_err(|source| Error::Io {
+            op: "spawn the binlog retention thread",
+            path: Default::default(),
+            source,
+        })?;
+        Ok(Retention { _thread: p })
     }
 }
 

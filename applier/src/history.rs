@@ -40,11 +40,9 @@ impl Factory for HistoryFactory {
         // Binlog retention raises `H` to at most safe time + 1, and a consistent read is at
         // the safe time: keep what a read at `H − 1` sees (a version at exactly `H` may
         // exist on a tablet ahead of the others and must not hide the one below it).
-        Box::new(HistoryFilter {
-            horizon: self.horizon.load(Ordering::Acquire).saturating_sub(1),
-            key: Vec::new(),
-            seen_base: false,
-        })
+        Box::new(HistoryFilter::new(
+            self.horizon.load(Ordering::Acquire).saturating_sub(1),
+        ))
     }
 }
 
@@ -58,6 +56,15 @@ pub(crate) struct HistoryFilter {
 }
 
 impl HistoryFilter {
+    /// A filter keeping what a read at `horizon` sees (0: keeps everything).
+    fn new(horizon: u64) -> HistoryFilter {
+        HistoryFilter {
+            horizon,
+            key: Vec::new(),
+            seen_base: false,
+        }
+    }
+
     /// The verdict for the version of `enc` (an encoded `mvcc` key), in compaction order.
     pub(crate) fn verdict(&mut self, enc: &[u8]) -> Verdict {
         if self.horizon == 0 {
@@ -101,11 +108,7 @@ mod tests {
 
     #[test]
     fn keeps_the_newest_version_at_or_below_the_horizon_per_key() {
-        let mut f = HistoryFilter {
-            horizon: 25,
-            key: Vec::new(),
-            seen_base: false,
-        };
+        let mut f = HistoryFilter::new(25);
         let k = |key: &[u8], ht| keys::encode(key, HybridTime(ht));
         let keep = |v: Verdict| matches!(v, Verdict::Keep);
         // Key "a": 40, 30 (above), 20 (base), 10 and 5 (dropped); key "ab": 10 is its base.
@@ -123,11 +126,7 @@ mod tests {
             assert_eq!(keep(f.verdict(&enc)), want, "{}", enc.escape_ascii());
         }
         // Horizon 0: nothing is ever dropped.
-        let mut f0 = HistoryFilter {
-            horizon: 0,
-            key: Vec::new(),
-            seen_base: false,
-        };
+        let mut f0 = HistoryFilter::new(0);
         assert!(keep(f0.verdict(&k(b"a", 20))) && keep(f0.verdict(&k(b"a", 10))));
     }
 }

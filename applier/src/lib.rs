@@ -11,6 +11,7 @@ mod history;
 pub mod intake;
 pub mod keys;
 pub mod latency;
+mod periodic;
 pub mod retention;
 pub mod store;
 pub mod tls;

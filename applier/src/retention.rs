@@ -27,13 +27,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tidelog_wal::{Body, ReadLimit, Reader, TabletId, TxnId, WalPos};
 
 use crate::error::{Error, Result};
+use crate::periodic::Periodic;
 use crate::store::Store;
 
 /// Transactions classified at once while reading a log at the first round.
@@ -50,8 +50,10 @@ pub struct Releaser {
     /// Per tablet: first intent position → transaction, for transactions found by reading
     /// the log (applied before this process started) whose part there is still needed.
     pinned: BTreeMap<TabletId, BTreeMap<WalPos, TxnId>>,
-    /// Tablets whose retained log was read for such transactions.
-    scanned: BTreeSet<TabletId>,
+    /// Each tablet's release as last written (read from its `acked` file the first time the
+    /// tablet shows up, then kept here: this releaser is that file's only writer). A tablet
+    /// in here also had its retained log read for the transactions above.
+    released: BTreeMap<TabletId, WalPos>,
     /// Each tablet's apply position when the releaser was made: the intents below it may
     /// belong to transactions the cache does not hold; those above it went through the
     /// cache. Tablets the store did not know then have nothing to read.
@@ -74,7 +76,7 @@ impl Releaser {
             store,
             root: received_dir.to_path_buf(),
             pinned: BTreeMap::new(),
-            scanned: BTreeSet::new(),
+            released: BTreeMap::new(),
             applied_at_start,
             warned: false,
         })
@@ -102,21 +104,25 @@ impl Releaser {
             if !dir.is_dir() {
                 continue;
             }
-            let released = tidelog_wal::retention::read_acked(&dir)
-                .map_err(|source| Error::Wal {
-                    tablet: t.clone(),
-                    source,
-                })?
-                .unwrap_or(WalPos::ZERO);
-            if !self.scanned.contains(&t) {
-                let upto = self
-                    .applied_at_start
-                    .get(&t)
-                    .copied()
-                    .unwrap_or(WalPos::ZERO);
-                self.scan(&t, released, upto)?;
-                self.scanned.insert(t.clone());
-            }
+            let released = match self.released.get(&t) {
+                Some(r) => *r,
+                None => {
+                    let r = tidelog_wal::retention::read_acked(&dir)
+                        .map_err(|source| Error::Wal {
+                            tablet: t.clone(),
+                            source,
+                        })?
+                        .unwrap_or(WalPos::ZERO);
+                    let upto = self
+                        .applied_at_start
+                        .get(&t)
+                        .copied()
+                        .unwrap_or(WalPos::ZERO);
+                    self.scan(&t, r, upto)?;
+                    self.released.insert(t.clone(), r);
+                    r
+                }
+            };
             let mut bound = floor;
             let mut held_by = f.intent.filter(|(p, _)| *p < f.applied_pos).map(|(_, x)| x);
             if let Some(pins) = self.pinned.get_mut(&t) {
@@ -152,6 +158,7 @@ impl Releaser {
                 source,
             })?;
             tracing::debug!(tablet = %t, released = %bound, "received log released");
+            self.released.insert(t.clone(), bound);
             moved.insert(t, bound);
         }
         Ok(moved)
@@ -204,18 +211,19 @@ impl Releaser {
                 break;
             }
         }
-        let pins = self.pinned.entry(t.clone()).or_default();
-        tracing::info!(tablet = %t, from = %start, to = %to, pinned = pins.len(),
+        let pinned = self.pinned.get(t).map_or(0, BTreeMap::len);
+        tracing::info!(tablet = %t, from = %start, to = %to, pinned,
             "received log read for transactions applied before this start");
         Ok(())
     }
 }
 
-/// The daemon's retention thread: a [`Releaser`] round every `every` until dropped.
+/// The daemon's retention thread: a [`Releaser`] round at start and every `every` after,
+/// until dropped.
 #[derive(Debug)]
 pub struct ReceivedRetention {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    handle: Option<JoinHandle<()>>,
+    /// Held for its `Drop`: stops and joins the thread.
+    _thread: Periodic,
 }
 
 impl ReceivedRetention {
@@ -224,47 +232,20 @@ impl ReceivedRetention {
         received_dir: &Path,
         every: Duration,
     ) -> Result<ReceivedRetention> {
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let stop2 = stop.clone();
         let mut rel = Releaser::new(store, received_dir)?;
-        let handle = std::thread::Builder::new()
-            .name("recv-retention".into())
-            .spawn(move || loop {
-                let (m, cv) = &*stop2;
-                let g = m.lock().unwrap_or_else(|p| p.into_inner());
-                let (g, _) = cv
-                    .wait_timeout_while(g, every, |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *g {
-                    return;
-                }
-                drop(g);
-                let started = std::time::Instant::now();
-                match rel.round() {
-                    Ok(moved) => tracing::debug!(moved = moved.len(), took = ?started.elapsed(),
-                        "received-log retention round"),
-                    Err(e) => tracing::error!("received-log retention: {e}"),
-                }
-            })
-            .map_err(|source| Error::Io {
-                op: "spawn the received-log retention thread",
-                path: received_dir.to_path_buf(),
-                source,
-            })?;
-        Ok(ReceivedRetention {
-            stop,
-            handle: Some(handle),
+        let p = Periodic::start("recv-retention", every, move || {
+            let started = std::time::Instant::now();
+            match rel.round() {
+                Ok(moved) => tracing::debug!(moved = moved.len(), took = ?started.elapsed(),
+                    "received-log retention round"),
+                Err(e) => tracing::error!("received-log retention: {e}"),
+            }
         })
-    }
-}
-
-impl Drop for ReceivedRetention {
-    fn drop(&mut self) {
-        let (m, cv) = &*self.stop;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        cv.notify_all();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        .map_err(|source| Error::Io {
+            op: "spawn the received-log retention thread",
+            path: received_dir.to_path_buf(),
+            source,
+        })?;
+        Ok(ReceivedRetention { _thread: p })
     }
 }

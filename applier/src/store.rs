@@ -1758,6 +1758,22 @@ mod tests {
         )
     }
 
+    /// A `write` committing trx id `trx` (a binlog entry), no ops.
+    fn trx_write(ht: u64, trx: TrxId) -> Record {
+        Record::new(
+            HybridTime(ht),
+            Body::Write {
+                ops: vec![],
+                trx_id: Some(trx),
+                gtid: None,
+            },
+        )
+    }
+
+    fn intent(ht: u64, txn: TxnId, trx_id: Option<TrxId>, ops: Vec<Op>) -> Record {
+        Record::new(HybridTime(ht), Body::Intent { txn, trx_id, ops })
+    }
+
     #[test]
     fn apply_get_scan_and_replay() {
         let dir = tempfile::tempdir().unwrap();
@@ -1943,15 +1959,8 @@ mod tests {
             recs.push(write(ht, vec![Op::put("k", format!("v{ht}"))]));
             recs.push(write(ht + 1, vec![Op::put(format!("other{i}"), "x")]));
         }
-        // A commit with a trx id at 12: expiring it raises the horizon.
-        recs.push(Record::new(
-            HybridTime(50),
-            Body::Write {
-                ops: vec![Op::put("c", "1")],
-                trx_id: Some(TrxId::new(1, 1)),
-                gtid: None,
-            },
-        ));
+        // A commit with a trx id at 50: expiring it raises the horizon.
+        recs.push(trx_write(50, TrxId::new(1, 1)));
         let (r, end) = place(0, recs);
         s.apply(&a, &r, end, Durability::Sync).unwrap();
         let k_prefix = keys::encode(b"k", HybridTime::MAX)[..3].to_vec();
@@ -1998,13 +2007,11 @@ mod tests {
             TxnId::from_u128(4),
         );
         let intent = |ht, txn, c| {
-            Record::new(
-                HybridTime(ht),
-                Body::Intent {
-                    txn,
-                    trx_id: Some(TrxId::new(9, c)),
-                    ops: vec![Op::put(format!("k{c}"), "v")],
-                },
+            intent(
+                ht,
+                txn,
+                Some(TrxId::new(9, c)),
+                vec![Op::put(format!("k{c}"), "v")],
             )
         };
         let (ra, enda) = place(
@@ -2072,16 +2079,7 @@ mod tests {
         let (a, st) = (t("a"), t("status"));
         let id = TrxId::new(9, 2);
         let (first, retry) = (TxnId::from_u128(1), TxnId::from_u128(2));
-        let intent = |ht, txn| {
-            Record::new(
-                HybridTime(ht),
-                Body::Intent {
-                    txn,
-                    trx_id: Some(id),
-                    ops: vec![],
-                },
-            )
-        };
+        let intent = |ht, txn| intent(ht, txn, Some(id), vec![]);
         let (ra, _) = place(0, vec![intent(5, first), intent(12, retry)]);
         s.apply(&a, &ra[..1], ra[1].0, Durability::Sync).unwrap();
         let abort = Record::new(
@@ -2100,17 +2098,7 @@ mod tests {
         let o = s.bl.trx_open(id).unwrap().unwrap();
         assert_eq!((o.kind, o.txn), (OpenKind::Pending, retry));
         // A binlog entry below 20, so that expiry runs to the end and expires opens.
-        let (rw, endw) = place(
-            enda.0,
-            vec![Record::new(
-                HybridTime(13),
-                Body::Write {
-                    ops: vec![],
-                    trx_id: Some(TrxId::new(1, 1)),
-                    gtid: None,
-                },
-            )],
-        );
+        let (rw, endw) = place(enda.0, vec![trx_write(13, TrxId::new(1, 1))]);
         s.apply(&a, &rw, endw, Durability::Sync).unwrap();
         assert_eq!(s.expire_binlog(HybridTime(20), 10).unwrap(), (1, true));
         let o = s.bl.trx_open(id).unwrap().unwrap();

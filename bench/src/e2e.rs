@@ -480,13 +480,13 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let ready = move || -> Result<()> {
         let mut a = Admin::new(&ready_sock);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while a.safe_time().unwrap_or(0) == 0 {
+        // Answered as soon as a safe time is published (≥ 1), or after a second.
+        while a.safe_time_at("/v1/safe-time?wait-for=1&wait=1s")? == 0 {
             if Instant::now() >= deadline {
                 bail!(
                     "the applier's safe time was not initialized within 60 s of the first records"
                 );
             }
-            std::thread::sleep(Duration::from_millis(2));
         }
         let _ = ready_tx.send(());
         Ok(())

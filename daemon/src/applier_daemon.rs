@@ -397,9 +397,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
 
 async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let s2 = s.clone();
-    let rows = tokio::task::spawn_blocking(move || tablet_rows(&s2))
-        .await
-        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?;
+    let rows = blocking(move || tablet_rows(&s2)).await?;
     let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
@@ -449,6 +447,16 @@ fn now_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// Runs `f` on the blocking pool (store reads, waits on the safe time); a task that panicked
+/// is a 500.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))
 }
 
 /// The read time of a request: `latest` (None), an explicit `at` (≤ safe time), or the
@@ -540,9 +548,8 @@ async fn kv_get(
     let at = read_time(&s, &q)?;
     let store = s.store.clone();
     let k = key.clone().into_bytes();
-    let v = tokio::task::spawn_blocking(move || store.get(&k, at))
-        .await
-        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+    let v = blocking(move || store.get(&k, at))
+        .await?
         .map_err(|e| ApiError::internal(&e.into()))?;
     let read_ht = at.unwrap_or_else(|| latest_ht(&s));
     let (found, value, version) = match v {
@@ -583,9 +590,8 @@ async fn scan(
     let limit = q.limit.unwrap_or(1000).clamp(1, 100_000);
     let store = s.store.clone();
     let prefix = q.prefix.clone().unwrap_or_default().into_bytes();
-    let (items, more) = tokio::task::spawn_blocking(move || store.scan(&prefix, at, limit))
-        .await
-        .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+    let (items, more) = blocking(move || store.scan(&prefix, at, limit))
+        .await?
         .map_err(|e| ApiError::internal(&e.into()))?;
     let read_ht = at.unwrap_or_else(|| latest_ht(&s));
     let items: Vec<Value> = items
@@ -622,9 +628,7 @@ async fn safe_time(
         if s.consistency.safe_time().is_none_or(|st| st < target) {
             let c = s.consistency.clone();
             let deadline = std::time::Instant::now() + wait;
-            tokio::task::spawn_blocking(move || c.wait_for(target, deadline))
-                .await
-                .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?;
+            blocking(move || c.wait_for(target, deadline)).await?;
         }
     } else if q.wait.is_some() {
         return Err(ApiError::bad_request("wait needs wait-for=HT"));
@@ -828,9 +832,7 @@ async fn trx_status(
             Ok(first)
         } else {
             let s2 = s.clone();
-            tokio::task::spawn_blocking(move || ask(&s2, wait))
-                .await
-                .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))?
+            blocking(move || ask(&s2, wait)).await?
         }
     }
     .map_err(|e| ApiError::internal(&e.into()))?;
@@ -867,7 +869,7 @@ async fn binlog(
     };
     let safe = s.consistency.safe_time();
     let s2 = s.clone();
-    let (entries, more) = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+    let (entries, more) = blocking(move || -> Result<_, ApiError> {
         let Some(upto) = safe else {
             return Ok((Vec::new(), false));
         };
@@ -903,8 +905,7 @@ async fn binlog(
         bl.read(start.as_ref().map(|(h, t)| (*h, t)), upto, limit)
             .map_err(|e| ApiError::internal(&e.into()))
     })
-    .await
-    .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))??;
+    .await??;
     let entries: Vec<Value> = entries
         .iter()
         .map(|e| {
@@ -963,7 +964,7 @@ fn cutover_json(c: &Cutover) -> Value {
 async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let _one = s.promote_lock.lock().await;
     let s2 = s.clone();
-    let c = tokio::task::spawn_blocking(move || -> Result<Cutover, ApiError> {
+    let c = blocking(move || -> Result<Cutover, ApiError> {
         let internal = |e: tidelog_applier::error::Error| ApiError::internal(&e.into());
         if let Some(c) = s2.store.cutover().map_err(internal)? {
             return cutover::finish(&s2.store, c).map_err(internal);
@@ -991,8 +992,7 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
         tracing::info!(cut = %c.cut, lost_commits = c.report.as_ref().map_or(0, |r| r.lost_commits), "promoted to primary");
         Ok(c)
     })
-    .await
-    .map_err(|e| ApiError::internal(&anyhow::anyhow!("{e}")))??;
+    .await??;
     {
         let mut g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() && !c.cleaned {

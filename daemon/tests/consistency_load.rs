@@ -86,6 +86,25 @@ fn check_bank(items: &BTreeMap<String, String>, accounts: usize) -> Option<u64> 
     Some(items.values().map(|v| v.parse::<u64>().unwrap()).sum())
 }
 
+/// Nothing lost, nothing applied twice: the (stopped) applier's store applied every record
+/// of every source tablet exactly once, up to the tablet's end. Returns the store.
+fn assert_applied_once(c: &Cluster, s: &load::Summary) -> tidelog_applier::store::Store {
+    let store = tidelog_applier::store::Store::open(&c.data).unwrap();
+    for t in &s.tablet_ends {
+        let n = tidelog_wal::Reader::open(&c.wal, &t.tablet, tidelog_wal::ReadLimit::Durable)
+            .unwrap()
+            .count() as u64;
+        let m = &store.tablets().unwrap()[&t.tablet];
+        assert_eq!(
+            m.applied_records, n,
+            "{}: records applied once each",
+            t.tablet
+        );
+        assert_eq!(m.applied_pos, t.end_pos, "{}", t.tablet);
+    }
+    store
+}
+
 #[test]
 fn bank_total_constant_at_every_consistent_read_under_load() {
     let tmp = tempfile::tempdir().unwrap();
@@ -239,18 +258,7 @@ fn sigkill_the_applier_10_times_under_bank_load() {
         );
     }
     assert!(applier.terminate(Duration::from_secs(20)));
-    let store = tidelog_applier::store::Store::open(&c.data).unwrap();
-    for t in &s.tablet_ends {
-        let n = tidelog_wal::Reader::open(&c.wal, &t.tablet, tidelog_wal::ReadLimit::Durable)
-            .unwrap()
-            .count() as u64;
-        assert_eq!(
-            store.tablets().unwrap()[&t.tablet].applied_records,
-            n,
-            "{}: records applied once each",
-            t.tablet
-        );
-    }
+    let store = assert_applied_once(&c, &s);
     assert!(
         store.pending_txns().unwrap().is_empty(),
         "transactions left pending"
@@ -279,10 +287,22 @@ fn received_logs_are_deleted_as_applied_across_sigkills() {
             .and_then(|s| s.first().map(|(p, _)| p.0))
     };
     let deleted_everywhere = || (0..4).all(|i| oldest(&format!("t{i}")).is_some_and(|p| p > 0));
+    // Each tablet's release (its received log's `acked` position; 0 while none).
+    let releases = || -> Vec<u64> {
+        (0..4)
+            .map(|i| {
+                tidelog_wal::retention::read_acked(&received.join(format!("t{i}")))
+                    .ok()
+                    .flatten()
+                    .map_or(0, |p| p.0)
+            })
+            .collect()
+    };
     let mut kills = 0;
     let deadline = std::time::Instant::now() + Duration::from_secs(50);
-    // Kill every ~3 s (a retention round runs every 2 s) until each tablet lost its first
-    // segments and at least 4 kills happened.
+    // Kill the applier each time a retention round of it released more of some tablet's log
+    // (a round runs every 2 s), until each tablet lost its first segments and at least 4
+    // kills happened.
     while kills < 4 || !deleted_everywhere() {
         assert!(
             std::time::Instant::now() < deadline,
@@ -290,9 +310,9 @@ fn received_logs_are_deleted_as_applied_across_sigkills() {
             (0..4).map(|i| oldest(&format!("t{i}"))).collect::<Vec<_>>()
         );
         assert!(!load.is_finished(), "the load ended early");
-        let wake = std::time::Instant::now() + Duration::from_millis(2500 + 300 * kills);
-        wait_for("the next kill", Duration::from_secs(10), || {
-            std::time::Instant::now() >= wake
+        let before = releases();
+        wait_for("a release by this applier", Duration::from_secs(30), || {
+            releases().iter().zip(&before).any(|(now, was)| now > was)
         });
         applier.kill9();
         kills += 1;
@@ -307,19 +327,7 @@ fn received_logs_are_deleted_as_applied_across_sigkills() {
     let (_, items) = scan(&c, "acct/").unwrap();
     assert_eq!(check_bank(&items, 200), Some(200_000));
     assert!(applier.terminate(Duration::from_secs(20)));
-    let store = tidelog_applier::store::Store::open(&c.data).unwrap();
-    for t in &s.tablet_ends {
-        let n = tidelog_wal::Reader::open(&c.wal, &t.tablet, tidelog_wal::ReadLimit::Durable)
-            .unwrap()
-            .count() as u64;
-        let m = &store.tablets().unwrap()[&t.tablet];
-        assert_eq!(
-            m.applied_records, n,
-            "{}: records applied once each",
-            t.tablet
-        );
-        assert_eq!(m.applied_pos, t.end_pos, "{}", t.tablet);
-    }
+    assert_applied_once(&c, &s);
     eprintln!(
         "{kills} kills; oldest received segment per tablet {:?}",
         (0..4).map(|i| oldest(&format!("t{i}"))).collect::<Vec<_>>()
