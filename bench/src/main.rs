@@ -17,6 +17,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cutover;
 mod e2e;
+mod http1;
 mod load_cmd;
 mod pgwire;
 mod ship;

@@ -26,7 +26,8 @@
 //!   answer is checked (COMMITTED with the right gtid / UNKNOWN).
 //! * **Admin API**: the real `target/release/tidelog apply` on that data dir; `GET
 //!   /v1/trx/{id}[?gtid=G]` over one keep-alive HTTP/1.1 connection on the Unix socket
-//!   (hyper client connection), the same four cases, `--api-lookups` each after a warm-up;
+//!   (a blocking socket client like the PostgreSQL one, `--api-client hyper` for hyper's),
+//!   the same four cases, `--api-lookups` each after a warm-up;
 //!   a look-up's time is request sent → whole body received. SIGTERM afterwards.
 //! * **PostgreSQL baseline**: `bench/pg-baseline.sh` starts a throwaway PostgreSQL (Debian
 //!   package, installed with apt-get if missing), assigns `--pg-xids` transaction ids
@@ -35,6 +36,14 @@
 //!   committed xids, misses aborted ones (`pg_xact_status` errors for xids not yet assigned,
 //!   and every xid below the current one was assigned, so "never seen" has no equivalent).
 //!   Skipped with a message where PostgreSQL cannot be started.
+//! * **Side by side**: both servers run at once and each case alternates blocks of ~500
+//!   admin-API look-ups with blocks of PostgreSQL look-ups (the PostgreSQL row measured
+//!   beside an API case is named after it: committed xids beside hits, aborted beside
+//!   misses), so whatever else the machine does falls on both columns alike. By default
+//!   (`--pin split`) both servers are pinned to the last CPU and the measuring thread to the
+//!   first: each look-up then wakes the other CPU, as a client on another core or host
+//!   does; `--pin same` puts all three on one CPU (no cross-CPU wake-up: the servers' own
+//!   cost), `--pin none` leaves placement to the scheduler.
 //! * Output: a table (case × count, p50/p99/p999/max in µs), the budget verdicts (library
 //!   p99 ≤ 10 µs; admin-API p99 / PostgreSQL p99 ≤ 1.0), and `--json FILE`.
 
@@ -47,7 +56,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use clap::Args;
-use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Empty};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,6 +65,7 @@ use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, Session, TabletId, TxnId, WalPos};
 
 use crate::e2e::tidelog_exe;
+use crate::http1::Http1;
 use crate::pgwire::PgConn;
 use crate::stats::{fmt_int, new_histogram, ns_per_tick, Clock, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
@@ -134,6 +143,31 @@ pub struct TrxArgs {
     /// and, by default, the library case load them when they fit in 3/4 of the cache).
     #[arg(long)]
     cold: bool,
+    /// The admin-API client: `blocking` (a blocking socket, like the PostgreSQL baseline's
+    /// client) or `hyper` (hyper's HTTP/1.1 client on a current-thread tokio runtime).
+    #[arg(long, value_enum, default_value_t = ApiClientKind::Blocking)]
+    api_client: ApiClientKind,
+    /// Where the servers (the daemon, PostgreSQL) and the measuring thread run during the
+    /// comparison: `split` (servers on the last CPU, the measuring thread on the first: every
+    /// look-up wakes the other CPU), `same` (all on the first CPU) or `none` (wherever the
+    /// scheduler puts them). Unpinned, a look-up's wake-up lands on the same CPU or the other
+    /// as the scheduler happens to place the threads — ~10 µs or ~45 µs on this VM — and
+    /// that placement, not the server, decides the percentiles of a phase.
+    #[arg(long, value_enum, default_value_t = Pin::Split)]
+    pin: Pin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Pin {
+    Split,
+    Same,
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiClientKind {
+    Blocking,
+    Hyper,
 }
 
 // ---- the commit generator ----
@@ -561,13 +595,13 @@ fn us(ns: u64) -> String {
 
 fn print_table(rows: &[CaseResult]) {
     println!(
-        "{:<44} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "{:<64} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "case (µs)", "count", "p50", "p99", "p999", "max", "mean"
     );
     for r in rows {
         let l = &r.latency;
         println!(
-            "{:<44} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.2}",
+            "{:<64} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9.2}",
             format!("{} {}", r.path, r.case),
             fmt_int(l.count),
             us(l.p50_ns),
@@ -674,19 +708,48 @@ fn library_case(
 
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
 
-async fn api_connect(socket: &Path) -> Result<Sender> {
-    let stream = tokio::net::UnixStream::connect(socket)
-        .await
-        .with_context(|| format!("connecting to {}", socket.display()))?;
-    let (sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .with_context(|| format!("HTTP handshake on {}", socket.display()))?;
-    tokio::spawn(conn);
-    Ok(sender)
+/// One keep-alive connection to the admin socket, through either client.
+enum ApiClient {
+    Blocking(Http1),
+    Hyper {
+        rt: tokio::runtime::Runtime,
+        sender: Sender,
+    },
 }
 
-async fn api_get(sender: &mut Sender, path: &str) -> Result<(u16, Bytes)> {
+impl ApiClient {
+    fn connect(kind: ApiClientKind, socket: &Path) -> Result<ApiClient> {
+        Ok(match kind {
+            ApiClientKind::Blocking => ApiClient::Blocking(Http1::connect(socket)?),
+            ApiClientKind::Hyper => {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let sender = rt.block_on(async {
+                    let stream = tokio::net::UnixStream::connect(socket)
+                        .await
+                        .with_context(|| format!("connecting to {}", socket.display()))?;
+                    let (sender, conn) =
+                        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                            .await
+                            .with_context(|| format!("HTTP handshake on {}", socket.display()))?;
+                    tokio::spawn(conn);
+                    anyhow::Ok(sender)
+                })?;
+                ApiClient::Hyper { rt, sender }
+            }
+        })
+    }
+
+    fn get(&mut self, path: &str) -> Result<(u16, Vec<u8>)> {
+        match self {
+            ApiClient::Blocking(c) => c.get(path),
+            ApiClient::Hyper { rt, sender } => rt.block_on(hyper_get(sender, path)),
+        }
+    }
+}
+
+async fn hyper_get(sender: &mut Sender, path: &str) -> Result<(u16, Vec<u8>)> {
     sender
         .ready()
         .await
@@ -709,7 +772,7 @@ async fn api_get(sender: &mut Sender, path: &str) -> Result<(u16, Bytes)> {
         .await
         .with_context(|| format!("reading the answer to GET {path}"))?
         .to_bytes();
-    Ok((status, body))
+    Ok((status, body.to_vec()))
 }
 
 fn api_path(q: &Query) -> String {
@@ -746,29 +809,10 @@ fn check_api_answer(case: Case, q: &Query, status: u16, body: &[u8]) -> Result<(
     check_answer("admin API", case, q, state, v["gtid"].as_str())
 }
 
-async fn api_case(
-    sender: &mut Sender,
-    case: Case,
-    warm: &[Query],
-    timed: &[Query],
-    clock: &Clock,
-) -> Result<Latency> {
-    let paths: Vec<String> = timed.iter().map(api_path).collect();
-    for q in warm {
-        let (st, body) = api_get(sender, &api_path(q)).await?;
-        check_api_answer(case, q, st, &body)?;
-    }
-    let mut h = new_histogram()?;
-    let m0 = clock.mark();
-    for (q, p) in timed.iter().zip(&paths) {
-        let t0 = clock.now();
-        let (st, body) = api_get(sender, p).await?;
-        let t1 = clock.now();
-        h.saturating_record(t1.wrapping_sub(t0).max(1));
-        check_api_answer(case, q, st, &body)?;
-    }
-    let m1 = clock.mark();
-    Ok(Latency::of_ticks(&h, ns_per_tick(m0, m1)))
+/// One admin-API look-up, checked.
+fn api_lookup(client: &mut ApiClient, case: Case, q: &Query, path: &str) -> Result<()> {
+    let (st, body) = client.get(path)?;
+    check_api_answer(case, q, st, &body)
 }
 
 fn write_applier_config(
@@ -800,13 +844,23 @@ fn write_applier_config(
     Ok((cfg, sock))
 }
 
-fn run_api(
-    args: &TrxArgs,
-    work: &Path,
-    data_dir: &Path,
-    sets: &[(Case, Vec<Query>, Vec<Query>)],
-    clock: &Clock,
-) -> Result<Vec<CaseResult>> {
+/// The admin-API side of the comparison: the real daemon and one connection to it.
+struct ApiSide {
+    daemon: Daemon,
+    client: ApiClient,
+}
+
+impl ApiSide {
+    fn stop(mut self) {
+        if let Err(e) = self.daemon.stop(Duration::from_secs(30)) {
+            eprintln!("warning: {e:#}");
+        }
+    }
+}
+
+/// Starts `tidelog apply` on `data_dir` and waits until it answers and has pre-loaded its
+/// look-up indexes.
+fn start_api(args: &TrxArgs, work: &Path, data_dir: &Path) -> Result<ApiSide> {
     let exe = tidelog_exe()?;
     let (cfg, sock) = write_applier_config(
         work,
@@ -817,17 +871,14 @@ fn run_api(
     )?;
     let log = work.join("applier.log");
     let mut daemon = Daemon::spawn(&exe, "apply", &cfg, &log, "warn")?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let r = rt.block_on(async {
+    let r = (|| {
         let t0 = Instant::now();
         let deadline = t0 + Duration::from_secs(120);
-        let mut sender = loop {
+        let mut client = loop {
             daemon.check_alive()?;
-            if let Ok(mut s) = api_connect(&sock).await {
-                if let Ok((200, _)) = api_get(&mut s, "/v1/status").await {
-                    break s;
+            if let Ok(mut c) = ApiClient::connect(args.api_client, &sock) {
+                if let Ok((200, _)) = c.get("/v1/status") {
+                    break c;
                 }
             }
             if Instant::now() > deadline {
@@ -837,22 +888,23 @@ fn run_api(
                     log.display()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::sleep(Duration::from_millis(20));
         };
-        let (_, st) = api_get(&mut sender, "/v1/safe-time").await?;
+        let (_, st) = client.get("/v1/safe-time")?;
         let st: Value = serde_json::from_slice(&st).context("GET /v1/safe-time: not JSON")?;
         println!(
-            "  tidelog apply pid {} answering after {:.2} s; safe time {} (initialized: {})",
+            "  tidelog apply pid {} answering after {:.2} s; safe time {} (initialized: {}); {:?} client",
             daemon.pid(),
             t0.elapsed().as_secs_f64(),
             st["safe_time"],
-            st["initialized"]
+            st["initialized"],
+            args.api_client,
         );
         // The daemon pre-loads its look-up indexes into the block cache in the background:
         // measure once that is over (it competes for the two cores meanwhile).
         let t1 = Instant::now();
         let warm = loop {
-            let (_, body) = api_get(&mut sender, "/v1/status").await?;
+            let (_, body) = client.get("/v1/status")?;
             let v: Value = serde_json::from_slice(&body).context("GET /v1/status: not JSON")?;
             let lc = v["lookup_cache"].clone();
             if lc["state"] != "loading" {
@@ -861,7 +913,7 @@ fn run_api(
             if Instant::now() > deadline {
                 bail!("the applier still pre-loads its look-up indexes after 120 s");
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            std::thread::sleep(Duration::from_millis(50));
         };
         println!(
             "  look-up indexes {} in the daemon's block cache after {:.1} s more ({} MiB of {} MiB)",
@@ -870,22 +922,17 @@ fn run_api(
             warm["index_bytes"].as_u64().unwrap_or(0) >> 20,
             warm["cache_size"].as_u64().unwrap_or(0) >> 20,
         );
-        let mut out = Vec::new();
-        for (case, warm, timed) in sets {
-            let n = (warm.len() / 10).max(1);
-            let l = api_case(&mut sender, *case, &warm[..n.min(warm.len())], timed, clock).await?;
-            out.push(CaseResult {
-                path: "admin API",
-                case: case.name().into(),
-                latency: l,
-            });
+        Ok(client)
+    })();
+    match r {
+        Ok(client) => Ok(ApiSide { daemon, client }),
+        Err(e) => {
+            if let Err(e2) = daemon.stop(Duration::from_secs(30)) {
+                eprintln!("warning: {e2:#}");
+            }
+            Err(e)
         }
-        Ok(out)
-    });
-    if let Err(e) = daemon.stop(Duration::from_secs(30)) {
-        eprintln!("warning: {e:#}");
     }
-    r
 }
 
 // ---- PostgreSQL ----
@@ -933,7 +980,101 @@ struct PgInfo {
     settings: &'static str,
 }
 
-fn run_pg(args: &TrxArgs, work: &Path, clock: &Clock) -> Result<(PgInfo, Vec<CaseResult>)> {
+/// The PostgreSQL side of the comparison: a throwaway cluster with `--pg-xids` assigned
+/// xids and one connection with the prepared look-up.
+struct PgSide {
+    info: PgInfo,
+    conn: PgConn,
+    cluster: PgCluster,
+    first: u64,
+    last: u64,
+    aborted: Vec<u64>,
+    aborted_set: HashSet<u64>,
+    rng: Rng,
+    answer: String,
+}
+
+/// Restricts the calling thread (and the processes it spawns from now on) to `cpus`.
+fn pin_thread(cpus: &[usize]) -> Result<()> {
+    // SAFETY: `cpu_set_t` is plain data; CPU_SET writes within it for ids below
+    // CPU_SETSIZE (checked); sched_setaffinity reads `size_of` bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                bail!("CPU {c} is beyond CPU_SETSIZE");
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            bail!(
+                "sched_setaffinity to CPUs {cpus:?}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Look-ups per block when the admin API and PostgreSQL alternate.
+const API_PG_BLOCK: usize = 500;
+
+/// The PostgreSQL row measured beside `case`.
+fn pg_case_name(case: Case) -> String {
+    format!("{} xid beside {}", pg_want(case), case.name())
+}
+
+/// The `pg_xact_status` answer a case expects.
+fn pg_want(case: Case) -> &'static str {
+    if case.hit() {
+        "committed"
+    } else {
+        "aborted"
+    }
+}
+
+impl PgSide {
+    /// `n` xids to look up for `case`: committed ones for hits, aborted ones for misses.
+    fn ids(&mut self, case: Case, n: u64) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                if case.hit() {
+                    loop {
+                        let x = self.first + 1 + self.rng.below(self.last - self.first - 1);
+                        if !self.aborted_set.contains(&x) {
+                            break x.to_string();
+                        }
+                    }
+                } else {
+                    self.aborted[self.rng.below(self.aborted.len() as u64) as usize].to_string()
+                }
+            })
+            .collect()
+    }
+
+    /// One `pg_xact_status` look-up, checked.
+    fn lookup(&mut self, case: Case, xid: &str) -> Result<()> {
+        let want = pg_want(case);
+        let got = self.conn.query_one("st", &[xid], &mut self.answer)?;
+        if !got || self.answer != want {
+            bail!(
+                "pg_xact_status({xid}) answered {:?}, expected {want}",
+                self.answer
+            );
+        }
+        Ok(())
+    }
+
+    fn stop(self) {
+        let PgSide {
+            conn, mut cluster, ..
+        } = self;
+        drop(conn);
+        cluster.stop();
+    }
+}
+
+fn start_pg(args: &TrxArgs, work: &Path) -> Result<PgSide> {
     let script = work.join("pg-baseline.sh");
     std::fs::write(&script, PG_SCRIPT).with_context(|| format!("writing {}", script.display()))?;
     let xids = args.pg_xids.unwrap_or(args.commits);
@@ -956,7 +1097,7 @@ fn run_pg(args: &TrxArgs, work: &Path, clock: &Clock) -> Result<(PgInfo, Vec<Cas
             .map(str::to_string)
     };
     // Owns the cluster from here, so every error path below stops it.
-    let mut cluster = PgCluster {
+    let cluster = PgCluster {
         script: script.clone(),
         dir: kv("dir").map(PathBuf::from),
     };
@@ -1017,54 +1158,20 @@ fn run_pg(args: &TrxArgs, work: &Path, clock: &Clock) -> Result<(PgInfo, Vec<Cas
         info.build_s,
         fmt_int(info.aborted)
     );
-    let aborted_set: HashSet<u64> = aborted.iter().copied().collect();
-    let mut rng = Rng(args.seed ^ 0x5047);
-    let pick_hit = |rng: &mut Rng| loop {
-        let x = first + 1 + rng.below(last - first - 1);
-        if !aborted_set.contains(&x) {
-            return x.to_string();
-        }
-    };
     let mut conn = PgConn::connect(&socket_dir, port, "postgres", "postgres")?;
     conn.prepare("st", "SELECT pg_xact_status($1::xid8)")?;
-    let warm = (args.warmup / 10).max(1);
-    let mut results = Vec::new();
-    for (name, want) in [("committed xid", "committed"), ("aborted xid", "aborted")] {
-        let ids: Vec<String> = (0..warm + args.pg_lookups)
-            .map(|_| {
-                if want == "committed" {
-                    pick_hit(&mut rng)
-                } else {
-                    aborted[rng.below(aborted.len() as u64) as usize].to_string()
-                }
-            })
-            .collect();
-        let mut v = String::new();
-        let (w, t) = ids.split_at(warm as usize);
-        for x in w {
-            conn.query_one("st", &[x], &mut v)?;
-        }
-        let mut h: Histogram<u64> = new_histogram()?;
-        let m0 = clock.mark();
-        for x in t {
-            let t0 = clock.now();
-            let got = conn.query_one("st", &[x], &mut v)?;
-            let t1 = clock.now();
-            h.saturating_record(t1.wrapping_sub(t0).max(1));
-            if !got || v != want {
-                bail!("pg_xact_status({x}) answered {v:?}, expected {want}");
-            }
-        }
-        let m1 = clock.mark();
-        results.push(CaseResult {
-            path: "PostgreSQL pg_xact_status",
-            case: name.into(),
-            latency: Latency::of_ticks(&h, ns_per_tick(m0, m1)),
-        });
-    }
-    drop(conn);
-    cluster.stop();
-    Ok((info, results))
+    let aborted_set: HashSet<u64> = aborted.iter().copied().collect();
+    Ok(PgSide {
+        info,
+        conn,
+        cluster,
+        first,
+        last,
+        aborted,
+        aborted_set,
+        rng: Rng(args.seed ^ 0x5047),
+        answer: String::new(),
+    })
 }
 
 // ---- the run ----
@@ -1324,55 +1431,32 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     }
     drop(store);
 
-    let mut api_skipped = None;
-    if args.no_api {
-        api_skipped = Some("--no-api".to_string());
-    } else {
-        println!(
-            "-- admin API: GET /v1/trx/{{id}}[?gtid=G] on one keep-alive HTTP/1.1 connection, {} timed per case",
-            fmt_int(args.api_lookups)
-        );
-        let api_sets: Vec<(Case, Vec<Query>, Vec<Query>)> = sets
-            .into_iter()
-            .map(|(c, w, mut t)| {
-                t.truncate(args.api_lookups as usize);
-                (c, w, t)
-            })
-            .collect();
-        let r = run_api(args, work, &data_dir, &api_sets, &clock)?;
-        for l in &r {
-            println!(
-                "  {:<14} p50 {} µs  p99 {} µs  p999 {} µs",
-                l.case,
-                us(l.latency.p50_ns),
-                us(l.latency.p99_ns),
-                us(l.latency.p999_ns)
-            );
-        }
-        results.extend(r);
+    // The admin API and PostgreSQL are measured side by side: both servers up, each case
+    // in alternating blocks of look-ups, so that whatever else the machine does at a given
+    // moment falls on both columns alike.
+    // Servers on the last CPU (children inherit this thread's affinity), the measuring
+    // thread on the first: every look-up crosses CPUs, for both servers alike.
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (server_cpu, client_cpu) = match args.pin {
+        Pin::Split if ncpu >= 2 => (Some(ncpu - 1), Some(0)),
+        Pin::Split | Pin::None => (None, None),
+        Pin::Same => (Some(0), Some(0)),
+    };
+    if let (Some(s), Some(c)) = (server_cpu, client_cpu) {
+        pin_thread(&[s])?;
+        println!("-- servers pinned to CPU {s}, the measuring thread to CPU {c}");
     }
-
-    let (mut pg, mut pg_skipped) = (None, None);
+    let (mut pg, mut pg_skipped, mut pg_side) = (None, None, None);
     if args.no_pg {
         pg_skipped = Some("--no-pg".to_string());
     } else {
         println!(
-            "-- PostgreSQL baseline: SELECT pg_xact_status($1::xid8), prepared, one Unix-socket connection, {} timed per case",
-            fmt_int(args.pg_lookups)
+            "-- PostgreSQL baseline: SELECT pg_xact_status($1::xid8), prepared, one Unix-socket connection"
         );
-        match run_pg(args, work, &clock) {
-            Ok((info, r)) => {
-                for l in &r {
-                    println!(
-                        "  {:<14} p50 {} µs  p99 {} µs  p999 {} µs",
-                        l.case,
-                        us(l.latency.p50_ns),
-                        us(l.latency.p99_ns),
-                        us(l.latency.p999_ns)
-                    );
-                }
-                pg = Some(info);
-                results.extend(r);
+        match start_pg(args, work) {
+            Ok(p) => {
+                pg = Some(p.info.clone());
+                pg_side = Some(p);
             }
             Err(e) => {
                 let why = format!("{e:#}");
@@ -1381,6 +1465,111 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
             }
         }
     }
+    let (mut api_skipped, mut api_side) = (None, None);
+    if args.no_api {
+        api_skipped = Some("--no-api".to_string());
+    } else {
+        println!("-- admin API: GET /v1/trx/{{id}}[?gtid=G] on one keep-alive HTTP/1.1 connection");
+        api_side = Some(start_api(args, work, &data_dir)?);
+    }
+    if let Some(c) = client_cpu {
+        pin_thread(&[c])?;
+    }
+    if api_side.is_some() || pg_side.is_some() {
+        println!(
+            "-- {} timed admin-API and {} timed PostgreSQL look-ups per case, alternating in blocks of ~{API_PG_BLOCK}",
+            fmt_int(if api_side.is_some() { args.api_lookups } else { 0 }),
+            fmt_int(if pg_side.is_some() { args.pg_lookups } else { 0 }),
+        );
+    }
+    let measured = (|| -> Result<Vec<CaseResult>> {
+        let mut out = Vec::new();
+        if api_side.is_none() && pg_side.is_none() {
+            return Ok(out);
+        }
+        for (case, warm, timed) in &sets {
+            let case = *case;
+            let warm_n = (warm.len() / 10).max(1).min(warm.len());
+            let paths: Vec<String> = match &api_side {
+                Some(_) => timed[..(args.api_lookups as usize).min(timed.len())]
+                    .iter()
+                    .map(api_path)
+                    .collect(),
+                None => Vec::new(),
+            };
+            let xids: Vec<String> = match &mut pg_side {
+                Some(p) => p.ids(case, warm_n as u64 + args.pg_lookups),
+                None => Vec::new(),
+            };
+            let (pg_warm, pg_timed) = xids.split_at(if xids.is_empty() { 0 } else { warm_n });
+            if let Some(a) = &mut api_side {
+                for q in &warm[..warm_n] {
+                    api_lookup(&mut a.client, case, q, &api_path(q))?;
+                }
+            }
+            if let Some(p) = &mut pg_side {
+                for x in pg_warm {
+                    p.lookup(case, x)?;
+                }
+            }
+            let (na, np) = (paths.len(), pg_timed.len());
+            let blocks = (na.max(np) / API_PG_BLOCK).max(1);
+            let (mut ha, mut hp) = (new_histogram()?, new_histogram()?);
+            let m0 = clock.mark();
+            for k in 0..blocks {
+                if let Some(a) = &mut api_side {
+                    for i in k * na / blocks..(k + 1) * na / blocks {
+                        let t0 = clock.now();
+                        let (st, body) = a.client.get(&paths[i])?;
+                        let t1 = clock.now();
+                        ha.saturating_record(t1.wrapping_sub(t0).max(1));
+                        check_api_answer(case, &timed[i], st, &body)?;
+                    }
+                }
+                if let Some(p) = &mut pg_side {
+                    for x in &pg_timed[k * np / blocks..(k + 1) * np / blocks] {
+                        let t0 = clock.now();
+                        p.lookup(case, x)?;
+                        let t1 = clock.now();
+                        hp.saturating_record(t1.wrapping_sub(t0).max(1));
+                    }
+                }
+            }
+            let npt = ns_per_tick(m0, clock.mark());
+            for (path, name, h, n) in [
+                ("admin API", case.name().to_string(), &ha, na),
+                ("PostgreSQL pg_xact_status", pg_case_name(case), &hp, np),
+            ] {
+                if n == 0 {
+                    continue;
+                }
+                let l = Latency::of_ticks(h, npt);
+                println!(
+                    "  {:<42} p50 {} µs  p99 {} µs  p999 {} µs",
+                    format!("{path} {name}"),
+                    us(l.p50_ns),
+                    us(l.p99_ns),
+                    us(l.p999_ns)
+                );
+                out.push(CaseResult {
+                    path,
+                    case: name,
+                    latency: l,
+                });
+            }
+        }
+        Ok(out)
+    })();
+    if let Some(a) = api_side {
+        a.stop();
+    }
+    if let Some(p) = pg_side {
+        p.stop();
+    }
+    if client_cpu.is_some() {
+        pin_thread(&(0..ncpu).collect::<Vec<_>>())?;
+    }
+    results.extend(measured?);
 
     // Summary.
     let loadavg_end = loadavg();
@@ -1410,14 +1599,10 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
         }
     }
     for c in Case::ALL {
-        let pg_case = if c.hit() {
-            "committed xid"
-        } else {
-            "aborted xid"
-        };
+        let pg_case = pg_case_name(c);
         if let (Some(a), Some(p)) = (
             find("admin API", c.name()),
-            find("PostgreSQL pg_xact_status", pg_case),
+            find("PostgreSQL pg_xact_status", &pg_case),
         ) {
             let r = a as f64 / p.max(1) as f64;
             ratios.push(Ratio {
@@ -1433,7 +1618,7 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
         }
         if let (Some(a), Some(p)) = (
             find("library", c.name()),
-            find("PostgreSQL pg_xact_status", pg_case),
+            find("PostgreSQL pg_xact_status", &pg_case),
         ) {
             ratios.push(Ratio {
                 what: format!("library {} p99 / PostgreSQL {pg_case} p99", c.name()),
@@ -1442,11 +1627,11 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
         }
     }
     for r in &ratios {
-        println!("ratio {:<62} {:>8.3}", r.what, r.value);
+        println!("ratio {:<82} {:>8.3}", r.what, r.value);
     }
     for b in &budgets {
         println!(
-            "budget {:<55} actual {:>8.3}  target {:>5}  {}",
+            "budget {:<60} actual {:>8.3}  target {:>5}  {}",
             b.what,
             b.actual,
             b.target,
