@@ -50,6 +50,9 @@ use crate::error::{Error, Result};
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::store::{Durability, Store};
 
+/// An apply batch that takes this long is logged with the store's write pressure.
+const SLOW_BATCH: Duration = Duration::from_millis(200);
+
 /// Apply-stage settings.
 #[derive(Clone, Debug)]
 pub struct ApplyConfig {
@@ -408,7 +411,16 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
                 Ok(o) => o,
                 Err(e) => break Err(e),
             };
-            sh.batch_latency.record(started.elapsed());
+            let took = started.elapsed();
+            sh.batch_latency.record(took);
+            if took >= SLOW_BATCH {
+                tracing::warn!(
+                    records = batch.len(),
+                    took_ms = took.as_millis() as u64,
+                    lsm = %store.lsm_pressure(),
+                    "slow apply batch"
+                );
+            }
             sh.applied_records.fetch_add(out.records, Ordering::Relaxed);
             sh.applied_bytes.fetch_add(out.bytes, Ordering::Relaxed);
             tracing::trace!(records = out.records, bytes = out.bytes, end = %end, "applied");

@@ -29,6 +29,9 @@ use crate::store::{ApplyOutcome, Durability, Store};
 
 type Waker = Arc<dyn Fn() + Send + Sync>;
 
+/// A store fsync before a publish that takes this long is logged.
+const SLOW_PERSIST: Duration = Duration::from_millis(100);
+
 struct Wakers(BTreeMap<TabletId, Waker>);
 
 impl std::fmt::Debug for Wakers {
@@ -316,9 +319,17 @@ impl Consistency {
             if let Some(ht) = candidate {
                 if ht.0 > self.global.load(Ordering::Acquire) {
                     // Durable first: the batches this safe time covers, then the value.
-                    let r = self
-                        .store
-                        .persist()
+                    let t0 = Instant::now();
+                    let r = self.store.persist();
+                    let synced = t0.elapsed();
+                    if synced >= SLOW_PERSIST {
+                        tracing::warn!(
+                            took_ms = synced.as_millis() as u64,
+                            lsm = %self.store.lsm_pressure(),
+                            "slow store fsync before publishing the safe time"
+                        );
+                    }
+                    let r = r
                         .and_then(|()| self.store.raise_global_safe_time(ht, Durability::Buffered));
                     match r {
                         Ok(_) => {

@@ -205,6 +205,12 @@ pub struct Store {
     /// no longer lists every unresolved transaction, so received-log retention must not
     /// trust it until a restart.
     cache_incomplete: std::sync::atomic::AtomicBool,
+    /// Every tablet with a `meta` record. `tablets()` reads each by a point read instead of
+    /// scanning the `tablet/` prefix: every apply batch rewrites its tablet's record, so the
+    /// prefix holds thousands of versions per tablet until a flush, and a scan steps over all
+    /// of them (20 ms after a few seconds of load, growing with the memtable) — under the
+    /// store lock when retention asks.
+    tablet_ids: Mutex<std::collections::BTreeSet<TabletId>>,
 }
 
 impl fmt::Debug for Store {
@@ -287,7 +293,13 @@ impl Store {
             horizon,
             write_lock: Mutex::new(HashMap::new()),
             cache_incomplete: std::sync::atomic::AtomicBool::new(false),
+            tablet_ids: Mutex::new(Default::default()),
         };
+        let ids = store.scan_tablets()?.into_keys().collect();
+        *store
+            .tablet_ids
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner()) = ids;
         if let Some(c) = store.cutover()? {
             *store.cut.get_mut() = c.cut.0;
         }
@@ -387,6 +399,27 @@ impl Store {
             .collect()
     }
 
+    /// fjall's write pressure, for the log of a slow batch: per keyspace with any, its sealed
+    /// memtables and level-0 tables (fjall halts writes at 4 sealed memtables and slows
+    /// them from 20 level-0 runs), then flushes queued, compactions running, journals.
+    pub fn lsm_pressure(&self) -> String {
+        let mut out = String::new();
+        for (n, ks) in self.disk_sizes().iter().map(|d| d.0).zip(self.keyspaces()) {
+            let (sealed, l0) = (ks.sealed_memtable_count(), ks.l0_table_count());
+            if sealed > 0 || l0 > 0 {
+                out.push_str(&format!("{n}: sealed {sealed} L0 {l0}; "));
+            }
+        }
+        out.push_str(&format!(
+            "flushes queued {}, compactions {}, journals {}, write buffer {} MiB",
+            self.db.outstanding_flushes(),
+            self.db.active_compactions(),
+            self.db.journal_count(),
+            self.db.write_buffer_size() >> 20
+        ));
+        out
+    }
+
     fn keyspaces(&self) -> [&Keyspace; 9] {
         [
             &self.mvcc,
@@ -431,6 +464,32 @@ impl Store {
 
     /// Every tablet the store knows (registered or applied), by id.
     pub fn tablets(&self) -> Result<BTreeMap<TabletId, TabletMeta>> {
+        let ids: Vec<TabletId> = self
+            .tablet_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let mut out = BTreeMap::new();
+        for id in ids {
+            if let Some(m) = self.tablet(&id)? {
+                out.insert(id, m);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `tablet` has a `meta` record now (called after the batch that wrote it).
+    fn note_tablet(&self, tablet: &TabletId) {
+        let mut ids = self.tablet_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if !ids.contains(tablet) {
+            ids.insert(tablet.clone());
+        }
+    }
+
+    /// Every tablet record in `meta`, by a scan of the `tablet/` prefix (at open).
+    fn scan_tablets(&self) -> Result<BTreeMap<TabletId, TabletMeta>> {
         let mut out = BTreeMap::new();
         for g in self.meta.prefix(TABLET_PREFIX) {
             let (k, v) = g.into_inner().map_err(Error::store("scan meta"))?;
@@ -462,7 +521,9 @@ impl Store {
             Self::tablet_key(tablet),
             encode_tablet_meta(&m)?,
         );
-        self.commit(b, Durability::Sync)
+        self.commit(b, Durability::Sync)?;
+        self.note_tablet(tablet);
+        Ok(())
     }
 
     /// Marks `tablet` registered (announced by a shipper). Durable when it returns.
@@ -1006,6 +1067,7 @@ impl Store {
             encode_tablet_meta(&meta)?,
         );
         self.commit(batch, durability)?;
+        self.note_tablet(tablet);
         for (txn, st) in txns {
             if resolved(&st) {
                 g.remove(&txn);
@@ -1837,6 +1899,14 @@ mod tests {
         assert!(m.registered);
         assert_eq!(m.owner.as_deref(), Some("host1"));
         assert_eq!(m.applied_pos, end);
+        // A tablet only registered is listed too, and both are found again after a reopen.
+        s.register_tablet(&t("b")).unwrap();
+        let listed = |s: &Store| s.tablets().unwrap().into_keys().collect::<Vec<_>>();
+        assert_eq!(listed(&s), vec![a.clone(), t("b")]);
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(listed(&s), vec![a.clone(), t("b")]);
+        assert_eq!(s.tablets().unwrap()[&a].applied_pos, end);
     }
 
     #[test]
@@ -2126,7 +2196,7 @@ mod tests {
             "{e}"
         );
         s.meta.insert(b"tablet/a", vec![1u8]).unwrap();
-        let e = s.tablets().unwrap_err().to_string();
+        let e = s.tablet(&t("a")).unwrap_err().to_string();
         assert!(e.contains("tablet a in keyspace meta"), "{e}");
         s.mvcc
             .insert(keys::encode(b"k", HybridTime(1)), vec![7u8])
@@ -2136,6 +2206,11 @@ mod tests {
         s.mvcc.insert(vec![b'z', 0, 9], vec![1u8]).unwrap();
         assert!(matches!(s.scan(b"z", None, 10), Err(Error::Key(_))));
         assert!(matches!(s.scan(b"k", None, 10), Err(Error::Corrupt { .. })));
+        // The tablet records are scanned when the store opens.
+        s.persist().unwrap();
+        drop(s);
+        let e = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("tablet a in keyspace meta"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod load;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod service;
