@@ -473,21 +473,23 @@ fn apply_ready_parts(
         tablet: tablet.clone(),
         source,
     };
+    let txns: Vec<tidelog_wal::TxnId> = parts.iter().map(|p| p.txn).collect();
+    let intents = store.intents_on(tablet, &txns)?;
     let mut batch = Vec::with_capacity(parts.len());
-    for part in &parts {
-        let st = store.txn_state(&part.txn)?.ok_or_else(|| {
+    for (part, list) in parts.iter().zip(intents) {
+        let list = list.ok_or_else(|| {
             Error::Invalid(format!(
                 "tablet {tablet}: ready part of unknown txn {}",
                 part.txn
             ))
         })?;
         let mut ops = Vec::new();
-        if let Some(list) = st.intents.get(tablet) {
+        if !list.is_empty() {
             let r = match reader {
                 Some(r) => r,
                 None => reader.insert(Reader::open(root, tablet, ReadLimit::Durable).map_err(wal)?),
             };
-            for ir in list {
+            for ir in &list {
                 let rec = r.read_at(ir.pos).map_err(wal)?;
                 match rec.body {
                     tidelog_wal::Body::Intent { ops: o, .. } => {

@@ -801,6 +801,34 @@ impl Store {
         self.txn(txn)
     }
 
+    /// For each of `txns`, its intent records on `tablet` (`None`: the store does not know
+    /// the transaction), under one lock and without copying the rest of its state: what
+    /// applying the transactions' parts on `tablet` reads back from the received log.
+    pub fn intents_on(
+        &self,
+        tablet: &TabletId,
+        txns: &[TxnId],
+    ) -> Result<Vec<Option<Vec<IntentRef>>>> {
+        let mut out: Vec<Option<Option<Vec<IntentRef>>>> = {
+            let g = self.lock();
+            txns.iter()
+                .map(|t| {
+                    g.get(t)
+                        .map(|st| Some(st.intents.get(tablet).cloned().unwrap_or_default()))
+                })
+                .collect()
+        };
+        for (txn, o) in txns.iter().zip(out.iter_mut()) {
+            if o.is_none() {
+                *o = Some(
+                    self.txn(txn)?
+                        .map(|st| st.intents.get(tablet).cloned().unwrap_or_default()),
+                );
+            }
+        }
+        Ok(out.into_iter().map(Option::flatten).collect())
+    }
+
     /// What the store knows about `txn`.
     pub fn txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         match self.txns.get(txn.0).map_err(Error::store("read txns"))? {
@@ -849,7 +877,7 @@ impl Store {
         let mut expected = (!fresh).then_some(start);
         let mut out = ApplyOutcome::default();
         let mut batch = self.db.batch();
-        let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
+        let mut txns: HashMap<TxnId, TxnState> = HashMap::with_capacity(records.len());
         let mut opens = OpenEdits::default();
         let mut key_buf = Vec::new();
 

@@ -472,6 +472,8 @@ const CHILD_ENV: &str = "TIDELOG_APPLY_CHILD_DIR";
 const CHILD_RECORDS: usize = 20_000;
 /// Marker file the child creates once it applies.
 const STARTED: &str = "child-started";
+/// File where the child keeps its worker's apply position (rewritten every millisecond).
+const PROGRESS: &str = "child-progress";
 
 /// The child: applies the received log under `$CHILD_ENV/received` into `$CHILD_ENV`'s
 /// store with `Buffered` batches and no periodic persist, until killed. A no-op when run
@@ -489,11 +491,16 @@ fn child_applier() {
         ..Default::default()
     };
     let w = ApplyWorker::start(store, &dir.join("received"), tablet(), cfg).unwrap();
-    // Tell the parent the store is open (recovery done) and the worker runs.
+    // Tell the parent the store is open (recovery done) and the worker runs; then keep
+    // telling it how far the worker got, so that it can kill at a chosen point.
     std::fs::write(dir.join(STARTED), b"").unwrap();
     let deadline = Instant::now() + DEADLINE;
+    let progress = dir.join(PROGRESS);
     while w.is_running() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+        let tmp = dir.join("progress.tmp");
+        std::fs::write(&tmp, w.applied_pos().0.to_string()).unwrap();
+        std::fs::rename(&tmp, &progress).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
     }
     panic!("child applier not killed: {:?}", w.error());
 }
@@ -522,6 +529,7 @@ fn sigkilled_applier_resumes_exactly_once() {
     let mut last = WalPos::ZERO;
     let mut mid_way = 0;
     for round in 0..4 {
+        let _ = std::fs::remove_file(dir.path().join(PROGRESS));
         let child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -545,7 +553,25 @@ fn sigkilled_applier_resumes_exactly_once() {
             std::thread::sleep(Duration::from_millis(2));
         }
         std::fs::remove_file(&marker).unwrap();
-        std::thread::sleep(Duration::from_millis(rng.random_range(0..80)));
+        // Kill once the child reported a position past a random point of what is left.
+        let target = last.0 + rng.random_range(0..end.since(last).max(1));
+        loop {
+            let seen = std::fs::read_to_string(dir.path().join(PROGRESS))
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .unwrap_or(0);
+            if seen >= target {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child made no progress to {target}"
+            );
+            if let Some(st) = child.0.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("child exited early: {st}");
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         if let Some(c) = child.0.as_mut() {
             c.kill().unwrap();
             c.wait().unwrap();
