@@ -381,32 +381,15 @@ impl Binlog {
         }
     }
 
-    /// Records an undecided (`Pending`) or aborted transaction of trx id `t`, unless a newer
-    /// one (a retry, applied first from another tablet) is recorded already. The caller
-    /// holds the store's write lock until the batch commits.
+    /// Records an aborted transaction of trx id `t`, unless a newer aborted one (a retry,
+    /// applied first from another tablet) is recorded already. The caller holds the store's
+    /// write lock until the batch commits. (Undecided transactions' pending entries are kept
+    /// in memory by the store: [`crate::store::Store::open_trx`].)
     pub(crate) fn add_open(&self, edits: &mut OpenEdits, t: TrxId, o: TrxOpen) -> Result<()> {
         if self.current_open(edits, t)?.is_some_and(|c| c.ht > o.ht) {
             return Ok(());
         }
         edits.0.insert(t, Some(o));
-        Ok(())
-    }
-
-    /// Removes the entry [`Binlog::add_open`] made at (`ht`, `tablet`), if it is still the
-    /// newest of `t`.
-    pub(crate) fn remove_open(
-        &self,
-        edits: &mut OpenEdits,
-        t: TrxId,
-        ht: HybridTime,
-        tablet: &TabletId,
-    ) -> Result<()> {
-        if self
-            .current_open(edits, t)?
-            .is_some_and(|c| c.ht == ht && c.tablet == *tablet)
-        {
-            edits.0.insert(t, None);
-        }
         Ok(())
     }
 

@@ -42,6 +42,86 @@ const SCAN_CHUNK: usize = 65_536;
 /// How often the daemon's retention thread runs a round.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Reads `t`'s received log under `root` from `from` (or its oldest record) up to `to` and
+/// hands the first intent of each transaction to `chunk`, in chunks of at most
+/// [`SCAN_CHUNK`] (memory bounded by the chunk; a transaction spanning chunks may be handed
+/// twice). Returns where the read started, or `None` when there was nothing to read.
+fn first_intents(
+    root: &Path,
+    t: &TabletId,
+    from: WalPos,
+    to: WalPos,
+    mut chunk: impl FnMut(&[(WalPos, TxnId)]) -> Result<()>,
+) -> Result<Option<WalPos>> {
+    let wal = |source| Error::Wal {
+        tablet: t.clone(),
+        source,
+    };
+    if to <= from {
+        return Ok(None);
+    }
+    let mut r = Reader::open(root, t, ReadLimit::Durable).map_err(wal)?;
+    let start = from.max(r.oldest());
+    if start >= to {
+        return Ok(None);
+    }
+    r.seek(start).map_err(wal)?;
+    let mut seen: BTreeSet<TxnId> = BTreeSet::new();
+    let mut firsts: Vec<(WalPos, TxnId)> = Vec::new();
+    loop {
+        let rec = r.next().map_err(wal)?.filter(|(pos, _)| *pos < to);
+        let done = rec.is_none();
+        if let Some((pos, rec)) = rec {
+            if let Body::Intent { txn, .. } = rec.body {
+                if seen.insert(txn) {
+                    firsts.push((pos, txn));
+                }
+            }
+        }
+        if done || firsts.len() >= SCAN_CHUNK {
+            chunk(&firsts)?;
+            firsts.clear();
+            seen.clear();
+        }
+        if done {
+            return Ok(Some(start));
+        }
+    }
+}
+
+/// At start, before any apply worker runs: puts back the store's in-memory pending
+/// `trx_open` entries ([`Store::restore_undecided`]) from the transactions whose intents
+/// lie in the retained received logs under `received_dir` — from each log's release up to
+/// its apply position. Every undecided transaction's first intent is there: the release
+/// never passes it. Returns how many entries it put back.
+pub fn restore_undecided(store: &Store, received_dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for (t, m) in store.tablets()? {
+        let dir = received_dir.join(t.as_str());
+        if m.applied_pos == WalPos::ZERO || !dir.is_dir() {
+            continue;
+        }
+        let released = tidelog_wal::retention::read_acked(&dir)
+            .map_err(|source| Error::Wal {
+                tablet: t.clone(),
+                source,
+            })?
+            .unwrap_or(WalPos::ZERO);
+        first_intents(received_dir, &t, released, m.applied_pos, |firsts| {
+            let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
+            n += store.restore_undecided(&txns)?;
+            Ok(())
+        })?;
+    }
+    if n > 0 {
+        tracing::info!(
+            undecided = n,
+            "pending trx ids of undecided transactions restored from the received logs"
+        );
+    }
+    Ok(n)
+}
+
 /// Computes and writes the releases of every tablet's received log (see the module doc).
 #[derive(Debug)]
 pub struct Releaser {
@@ -168,49 +248,18 @@ impl Releaser {
     /// position when the releaser was made) once, pinning the first intent of each
     /// transaction whose part on `t` is still needed.
     fn scan(&mut self, t: &TabletId, from: WalPos, to: WalPos) -> Result<()> {
-        let wal = |source| Error::Wal {
-            tablet: t.clone(),
-            source,
-        };
-        if to <= from {
-            return Ok(());
-        }
-        let mut r = Reader::open(&self.root, t, ReadLimit::Durable).map_err(wal)?;
-        let start = from.max(r.oldest());
-        if start >= to {
-            return Ok(());
-        }
-        r.seek(start).map_err(wal)?;
-        // The first intent of each transaction, classified in chunks (one store lock each;
-        // memory bounded by the chunk). A transaction spanning chunks may be pinned twice:
-        // harmless, the lower position rules and both resolve together.
-        let mut seen: BTreeSet<TxnId> = BTreeSet::new();
-        let mut firsts: Vec<(WalPos, TxnId)> = Vec::new();
-        loop {
-            let rec = r.next().map_err(wal)?.filter(|(pos, _)| *pos < to);
-            let done = rec.is_none();
-            if let Some((pos, rec)) = rec {
-                if let Body::Intent { txn, .. } = rec.body {
-                    if seen.insert(txn) {
-                        firsts.push((pos, txn));
-                    }
+        let start = first_intents(&self.root, t, from, to, |firsts| {
+            let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
+            let needed = self.store.parts_needed(t, &txns)?;
+            let pins = self.pinned.entry(t.clone()).or_default();
+            for ((pos, txn), n) in firsts.iter().zip(needed) {
+                if n {
+                    pins.insert(*pos, *txn);
                 }
             }
-            if done || firsts.len() >= SCAN_CHUNK {
-                let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
-                let needed = self.store.parts_needed(t, &txns)?;
-                let pins = self.pinned.entry(t.clone()).or_default();
-                for ((pos, txn), n) in firsts.drain(..).zip(needed) {
-                    if n {
-                        pins.insert(pos, txn);
-                    }
-                }
-                seen.clear();
-            }
-            if done {
-                break;
-            }
-        }
+            Ok(())
+        })?;
+        let Some(start) = start else { return Ok(()) };
         let pinned = self.pinned.get(t).map_or(0, BTreeMap::len);
         tracing::info!(tablet = %t, from = %start, to = %to, pinned,
             "received log read for transactions applied before this start");

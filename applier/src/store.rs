@@ -211,6 +211,20 @@ pub struct Store {
     /// of them (20 ms after a few seconds of load, growing with the memtable) — under the
     /// store lock when retention asks.
     tablet_ids: Mutex<std::collections::BTreeSet<TabletId>>,
+    /// The pending `trx_open` entries — trx id → its undecided transaction (intents, no
+    /// decision) — in memory only: they change twice per transaction (set by its first
+    /// intent, cleared by its decision), and writing them cost two LSM puts and two reads
+    /// per transaction. Their durable form is the `txns` record's open entry (flag 32),
+    /// written with every intent; after a restart [`Store::restore_undecided`] puts them
+    /// back from the transactions found in the retained received logs. Aborted entries stay
+    /// in the `trx_open` keyspace (binlog retention expires them).
+    opens: Mutex<HashMap<TrxId, TrxOpen>>,
+}
+
+/// A pending-entry change of one apply batch, in record order.
+enum OpenOp {
+    Set(TrxId, TrxOpen),
+    Clear(TrxId, HybridTime, TabletId),
 }
 
 impl fmt::Debug for Store {
@@ -294,6 +308,7 @@ impl Store {
             write_lock: Mutex::new(HashMap::new()),
             cache_incomplete: std::sync::atomic::AtomicBool::new(false),
             tablet_ids: Mutex::new(Default::default()),
+            opens: Mutex::new(HashMap::new()),
         };
         let ids = store.scan_tablets()?.into_keys().collect();
         *store
@@ -829,6 +844,71 @@ impl Store {
         Ok(out.into_iter().map(Option::flatten).collect())
     }
 
+    fn apply_open_ops(&self, ops: Vec<OpenOp>) {
+        if ops.is_empty() {
+            return;
+        }
+        let mut m = self.opens.lock().unwrap_or_else(|p| p.into_inner());
+        for op in ops {
+            match op {
+                // A retry applied first from another tablet keeps its newer entry.
+                OpenOp::Set(t, o) => {
+                    if m.get(&t).is_none_or(|c| c.ht < o.ht) {
+                        m.insert(t, o);
+                    }
+                }
+                // Only the transaction that set the entry clears it.
+                OpenOp::Clear(t, ht, tablet) => {
+                    if m.get(&t).is_some_and(|c| c.ht == ht && c.tablet == tablet) {
+                        m.remove(&t);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The newest undecided or aborted transaction of trx id `t`: the pending entry in
+    /// memory or the aborted one in `trx_open`, whichever has the higher ht.
+    pub fn open_trx(&self, t: TrxId) -> Result<Option<TrxOpen>> {
+        let mem = self
+            .opens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&t)
+            .cloned();
+        let stored = self.bl.trx_open(t)?;
+        Ok(match (mem, stored) {
+            (Some(m), Some(s)) => Some(if m.ht >= s.ht { m } else { s }),
+            (m, s) => m.or(s),
+        })
+    }
+
+    /// Puts back the pending `trx_open` entries of those of `txns` that are still undecided
+    /// (after a restart; see the `opens` field): their `txns` record holds the entry.
+    /// Returns how many it put back.
+    pub fn restore_undecided(&self, txns: &[TxnId]) -> Result<usize> {
+        let mut ops = Vec::new();
+        for txn in txns {
+            let Some(st) = self.txn(txn)? else { continue };
+            if let (Some(t), None, false, Some((ht, tablet))) =
+                (st.trx_id, &st.commit, st.aborted, st.open)
+            {
+                ops.push(OpenOp::Set(
+                    t,
+                    TrxOpen {
+                        ht,
+                        kind: OpenKind::Pending,
+                        txn: *txn,
+                        tablet,
+                    },
+                ));
+            }
+        }
+        let n = ops.len();
+        self.apply_open_ops(ops);
+        Ok(n)
+    }
+
     /// What the store knows about `txn`.
     pub fn txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         match self.txns.get(txn.0).map_err(Error::store("read txns"))? {
@@ -879,6 +959,7 @@ impl Store {
         let mut batch = self.db.batch();
         let mut txns: HashMap<TxnId, TxnState> = HashMap::with_capacity(records.len());
         let mut opens = OpenEdits::default();
+        let mut pending_opens: Vec<OpenOp> = Vec::new();
         let mut key_buf = Vec::new();
 
         for (pos, rec) in records {
@@ -963,8 +1044,7 @@ impl Store {
                     if let (Some(t), None, false, None) =
                         (st.trx_id, &st.commit, st.aborted, &st.open)
                     {
-                        self.bl.add_open(
-                            &mut opens,
+                        pending_opens.push(OpenOp::Set(
                             t,
                             TrxOpen {
                                 ht: rec.ht,
@@ -972,7 +1052,7 @@ impl Store {
                                 txn: *txn,
                                 tablet: tablet.clone(),
                             },
-                        )?;
+                        ));
                         st.open = Some((rec.ht, tablet.clone()));
                     }
                 }
@@ -1005,7 +1085,7 @@ impl Store {
                         batch.insert(&self.pending, pending_key(rec.ht, txn), Vec::new());
                         out.new_commits.push((*txn, ci.clone()));
                         if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
-                            self.bl.remove_open(&mut opens, id, ht, &t)?;
+                            pending_opens.push(OpenOp::Clear(id, ht, t));
                         }
                         self.bl.add_commit(
                             &mut batch,
@@ -1035,7 +1115,7 @@ impl Store {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
                     } else if !st.aborted {
                         if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
-                            self.bl.remove_open(&mut opens, id, ht, &t)?;
+                            pending_opens.push(OpenOp::Clear(id, ht, t));
                         }
                         if let Some(id) = trx_id.or(st.trx_id) {
                             self.bl.add_open(
@@ -1096,6 +1176,7 @@ impl Store {
         );
         self.commit(batch, durability)?;
         self.note_tablet(tablet);
+        self.apply_open_ops(pending_opens);
         for (txn, st) in txns {
             if resolved(&st) {
                 g.remove(&txn);
@@ -2193,17 +2274,21 @@ mod tests {
         assert_eq!((o.kind, o.txn), (OpenKind::Aborted, first));
         let (_, enda) = place(0, vec![intent(5, first), intent(12, retry)]);
         s.apply(&a, &ra[1..], enda, Durability::Sync).unwrap();
-        let o = s.bl.trx_open(id).unwrap().unwrap();
+        let o = s.open_trx(id).unwrap().unwrap();
         assert_eq!((o.kind, o.txn), (OpenKind::Pending, retry));
         // A binlog entry below 20, so that expiry runs to the end and expires opens.
         let (rw, endw) = place(enda.0, vec![trx_write(13, TrxId::new(1, 1))]);
         s.apply(&a, &rw, endw, Durability::Sync).unwrap();
         assert_eq!(s.expire_binlog(HybridTime(20), 10).unwrap(), (1, true));
-        let o = s.bl.trx_open(id).unwrap().unwrap();
+        let o = s.open_trx(id).unwrap().unwrap();
         assert_eq!(
             (o.kind, o.txn),
             (OpenKind::Pending, retry),
             "the retry's entry went"
+        );
+        assert!(
+            s.bl.trx_open(id).unwrap().is_none(),
+            "the expired abort stayed"
         );
         assert_eq!(
             s.bl.open_aborts.iter().count(),

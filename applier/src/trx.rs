@@ -254,7 +254,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
         }
         return Ok(a);
     }
-    if let Some(o) = bl.trx_open(trx)? {
+    if let Some(o) = store.open_trx(trx)? {
         a.txn = Some(o.txn);
         match (o.kind, cut) {
             (OpenKind::Aborted, _) if !behind_hint => {

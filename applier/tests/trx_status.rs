@@ -232,10 +232,12 @@ fn every_state_from_the_apply_path() {
     assert_eq!(from2[0].trx_id, tid(7, 2));
     // Capped at safe time.
     assert_eq!(bl.read(None, HybridTime(29), 100).unwrap().0.len(), 1);
-    // Resolved transactions leave nothing in trx_open: 8:1's retry replaced the entry of
-    // the aborted attempt with its own pending one, which left with its commit.
-    assert!(bl.trx_open(TrxId::new(7, 2)).unwrap().is_none());
-    assert!(bl.trx_open(TrxId::new(8, 1)).unwrap().is_none());
+    // Resolved transactions leave no pending entry: 7:2 has none at all; 8:1 keeps its
+    // aborted first attempt's entry (binlog retention expires it), shadowed by the commit.
+    assert!(s.open_trx(TrxId::new(7, 2)).unwrap().is_none());
+    let o = s.open_trx(TrxId::new(8, 1)).unwrap().unwrap();
+    assert_eq!(o.kind, OpenKind::Aborted);
+    assert_eq!(ask(&s, &v, "8:1", None, 0).state, TrxState::Committed);
 
     // Everything survives a reopen.
     drop(s);
@@ -390,7 +392,7 @@ fn a_late_abort_of_an_earlier_attempt_does_not_hide_the_retry() {
         (TrxState::InProgress, Some(retry)),
         "{r:?}"
     );
-    let o = s.binlog().trx_open(TrxId::new(5, 1)).unwrap().unwrap();
+    let o = s.open_trx(TrxId::new(5, 1)).unwrap().unwrap();
     assert_eq!((o.kind, o.txn), (OpenKind::Pending, retry));
     // The retry aborts too: now the answer is its abort.
     b.apply(

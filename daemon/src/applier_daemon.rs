@@ -188,6 +188,13 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
             .await
             .context("opening the store")??,
     );
+    // The undecided transactions' trx ids, kept in memory only, before anything applies.
+    let (s0, received) = (store.clone(), cfg.data_dir.join("received"));
+    tokio::task::spawn_blocking(move || {
+        tidelog_applier::retention::restore_undecided(&s0, &received)
+    })
+    .await
+    .context("restoring undecided transactions")??;
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
     // a cutover interrupted by a crash is finished first.
     let s1 = store.clone();
