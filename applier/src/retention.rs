@@ -89,6 +89,16 @@ fn first_intents(
     }
 }
 
+/// Tablet `t`'s release as its `acked` file in `dir` says (0: none written yet).
+fn read_release(t: &TabletId, dir: &Path) -> Result<WalPos> {
+    Ok(tidelog_wal::retention::read_acked(dir)
+        .map_err(|source| Error::Wal {
+            tablet: t.clone(),
+            source,
+        })?
+        .unwrap_or(WalPos::ZERO))
+}
+
 /// At start, before any apply worker runs: puts back the store's in-memory pending
 /// `trx_open` entries ([`Store::restore_undecided`]) from the transactions whose intents
 /// lie in the retained received logs under `received_dir` — from each log's release up to
@@ -101,12 +111,7 @@ pub fn restore_undecided(store: &Store, received_dir: &Path) -> Result<usize> {
         if m.applied_pos == WalPos::ZERO || !dir.is_dir() {
             continue;
         }
-        let released = tidelog_wal::retention::read_acked(&dir)
-            .map_err(|source| Error::Wal {
-                tablet: t.clone(),
-                source,
-            })?
-            .unwrap_or(WalPos::ZERO);
+        let released = read_release(&t, &dir)?;
         first_intents(received_dir, &t, released, m.applied_pos, |firsts| {
             let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
             n += store.restore_undecided(&txns)?;
@@ -187,12 +192,7 @@ impl Releaser {
             let released = match self.released.get(&t) {
                 Some(r) => *r,
                 None => {
-                    let r = tidelog_wal::retention::read_acked(&dir)
-                        .map_err(|source| Error::Wal {
-                            tablet: t.clone(),
-                            source,
-                        })?
-                        .unwrap_or(WalPos::ZERO);
+                    let r = read_release(&t, &dir)?;
                     let upto = self
                         .applied_at_start
                         .get(&t)

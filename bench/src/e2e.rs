@@ -38,9 +38,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +54,7 @@ use tidelog::demo::Daemon;
 use tidelog::load::{self, CommitSample, LoadOptions, Workload};
 use tidelog_wal::SyncPolicy;
 
+use crate::http1::Http1;
 use crate::ship::cpu;
 use crate::stats::{fmt_int, fmt_ns, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
@@ -139,11 +138,11 @@ pub(crate) fn tidelog_exe() -> Result<PathBuf> {
     Ok(exe)
 }
 
-// ---- a minimal blocking HTTP/1.1 keep-alive client for the admin socket ----
+// ---- the admin socket, over the blocking HTTP/1.1 client ----
 
 pub(crate) struct Admin {
     socket: PathBuf,
-    conn: Option<BufReader<UnixStream>>,
+    conn: Option<Http1>,
 }
 
 impl Admin {
@@ -165,47 +164,14 @@ impl Admin {
         }
     }
 
-    /// One request on the keep-alive connection (opened if needed); no retry.
+    /// One request on the keep-alive connection (opened if needed); no retry. A body that
+    /// is not JSON reads as `null`.
     pub(crate) fn request(&mut self, method: &str, path: &str) -> Result<(u16, Value)> {
-        if self.conn.is_none() {
-            let s = UnixStream::connect(&self.socket)
-                .with_context(|| format!("connecting to {}", self.socket.display()))?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            self.conn = Some(BufReader::new(s));
-        }
-        let Some(conn) = self.conn.as_mut() else {
-            bail!("no connection");
+        let conn = match &mut self.conn {
+            Some(c) => c,
+            None => self.conn.insert(Http1::connect(&self.socket)?),
         };
-        write!(
-            conn.get_mut(),
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\nContent-Length: 0\r\n\r\n"
-        )?;
-        let mut line = String::new();
-        conn.read_line(&mut line)?;
-        let status: u16 = line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .with_context(|| format!("bad status line {line:?}"))?;
-        let mut len: Option<usize> = None;
-        loop {
-            line.clear();
-            if conn.read_line(&mut line)? == 0 {
-                bail!("connection closed in the headers");
-            }
-            let l = line.trim_end();
-            if l.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = l.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().ok();
-                }
-            }
-        }
-        let len = len.context("answer without content-length")?;
-        let mut body = vec![0u8; len];
-        conn.read_exact(&mut body)?;
+        let (status, body) = conn.request(method, path)?;
         Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
     }
 

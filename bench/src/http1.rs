@@ -1,5 +1,5 @@
-//! A minimal blocking HTTP/1.1 client over a Unix socket, for latency measurements: one
-//! keep-alive connection, `GET` only, answers with `Content-Length` (what the admin API
+//! A minimal blocking HTTP/1.1 client over a Unix socket for the benches: one keep-alive
+//! connection, requests without a body, answers with `Content-Length` (what the admin API
 //! sends). It is the same shape of client as the PostgreSQL baseline's (`pgwire.rs`): a
 //! blocking `write`, then blocking `read`s on one socket, so the two columns of
 //! `tidelog-bench trx-status` measure the servers and not two different client stacks.
@@ -14,6 +14,8 @@ use anyhow::{anyhow, bail, Context, Result};
 const MAX_LINE: usize = 8 << 10;
 /// Largest body accepted.
 const MAX_BODY: usize = 64 << 20;
+/// A server silent this long is an error.
+const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Http1 {
     r: BufReader<UnixStream>,
@@ -27,6 +29,8 @@ impl Http1 {
     pub fn connect(socket: &Path) -> Result<Http1> {
         let w = UnixStream::connect(socket)
             .with_context(|| format!("connecting to {}", socket.display()))?;
+        w.set_read_timeout(Some(READ_TIMEOUT))
+            .context("setting the admin socket's read timeout")?;
         let r =
             BufReader::with_capacity(64 << 10, w.try_clone().context("cloning the admin socket")?);
         Ok(Http1 {
@@ -40,14 +44,23 @@ impl Http1 {
 
     /// `GET path`; the status code and the body.
     pub fn get(&mut self, path: &str) -> Result<(u16, Vec<u8>)> {
+        self.request("GET", path)
+    }
+
+    /// `method path` without a body; the status code and the body.
+    pub fn request(&mut self, method: &str, path: &str) -> Result<(u16, Vec<u8>)> {
         self.req.clear();
         write!(
             self.req,
-            "GET {path} HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\n\r\n"
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\naccept: application/json\r\n"
         )?;
+        if method != "GET" {
+            self.req.extend_from_slice(b"content-length: 0\r\n");
+        }
+        self.req.extend_from_slice(b"\r\n");
         self.w
             .write_all(&self.req)
-            .with_context(|| format!("sending GET {path} on {}", self.socket.display()))?;
+            .with_context(|| format!("sending {method} {path} on {}", self.socket.display()))?;
         let status = {
             let l = self.read_line(path)?;
             let mut it = l.split(' ');
