@@ -224,3 +224,83 @@ fn release_waits_for_undecided_intents_across_a_restart() {
     assert!(released(&received, "a") >= end_a);
     target.stop();
 }
+
+/// An intent of `txn` carrying trx id `trx`.
+fn trx_intent(ht: u64, txn: u128, trx: TrxId, key: &str) -> Record {
+    rec(
+        ht,
+        Body::Intent {
+            txn: TxnId::from_u128(txn),
+            trx_id: Some(trx),
+            ops: vec![Op::put(key, "v")],
+        },
+    )
+}
+
+#[test]
+fn undecided_trx_ids_are_restored_from_the_received_logs_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let (mut wa, mut ws) = (writer(&received, "a"), writer(&received, "s"));
+    let (open, done, gone) = (TrxId::new(7, 1), TrxId::new(7, 2), TrxId::new(7, 3));
+    // a: txn 1 stays undecided; txn 2 commits and txn 3 aborts on s.
+    let p1 = append(&mut wa, vec![trx_intent(10, 1, open, "k1")])[0];
+    append(
+        &mut wa,
+        vec![trx_intent(11, 2, done, "k2"), trx_intent(12, 3, gone, "k3")],
+    );
+    append(
+        &mut ws,
+        vec![
+            rec(
+                20,
+                Body::Commit {
+                    txn: TxnId::from_u128(2),
+                    participants: vec![t("a")],
+                    trx_id: Some(done),
+                    gtid: None,
+                },
+            ),
+            rec(
+                21,
+                Body::Abort {
+                    txn: TxnId::from_u128(3),
+                    trx_id: Some(gone),
+                },
+            ),
+        ],
+    );
+    append(&mut wa, vec![rec(30, Body::Heartbeat)]);
+    let target = Target::start(dir.path(), &["a", "s"]);
+    target.wait_applied("a", wa.durable_pos());
+    target.wait_applied("s", ws.durable_pos());
+    let kind = |s: &Store, id| s.open_trx(id).unwrap().map(|o| (o.kind, o.txn));
+    let pending1 = Some((
+        tidelog_applier::binlog::OpenKind::Pending,
+        TxnId::from_u128(1),
+    ));
+    let aborted3 = Some((
+        tidelog_applier::binlog::OpenKind::Aborted,
+        TxnId::from_u128(3),
+    ));
+    assert_eq!(kind(&target.store, open), pending1);
+    assert_eq!(kind(&target.store, done), None);
+    assert_eq!(kind(&target.store, gone), aborted3);
+    // A release first, so that the restore reads from it: held at txn 1's intent.
+    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    rel.round().unwrap();
+    assert_eq!(released(&received, "a"), p1);
+    drop(rel);
+    target.stop();
+
+    // After a restart the pending entry is not in memory until the restore puts it back;
+    // the aborted one is stored.
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(kind(&store, open), None);
+    assert_eq!(kind(&store, gone), aborted3);
+    let n = tidelog_applier::retention::restore_undecided(&store, &received).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(kind(&store, open), pending1);
+    assert_eq!(kind(&store, done), None);
+    assert_eq!(kind(&store, gone), aborted3);
+}
