@@ -957,7 +957,17 @@ impl Store {
         let mut expected = (!fresh).then_some(start);
         let mut out = ApplyOutcome::default();
         let mut batch = self.db.batch();
-        let mut txns: HashMap<TxnId, TxnState> = HashMap::with_capacity(records.len());
+        // Sized for the batch's transaction records at most (one rehash-free allocation).
+        let txn_records = records
+            .iter()
+            .filter(|(_, r)| {
+                matches!(
+                    r.body,
+                    Body::Intent { .. } | Body::Commit { .. } | Body::Abort { .. }
+                )
+            })
+            .count();
+        let mut txns: HashMap<TxnId, TxnState> = HashMap::with_capacity(txn_records);
         let mut opens = OpenEdits::default();
         let mut pending_opens: Vec<OpenOp> = Vec::new();
         let mut key_buf = Vec::new();
