@@ -99,34 +99,6 @@ fn read_release(t: &TabletId, dir: &Path) -> Result<WalPos> {
         .unwrap_or(WalPos::ZERO))
 }
 
-/// At start, before any apply worker runs: puts back the store's in-memory pending
-/// `trx_open` entries ([`Store::restore_undecided`]) from the transactions whose intents
-/// lie in the retained received logs under `received_dir` — from each log's release up to
-/// its apply position. Every undecided transaction's first intent is there: the release
-/// never passes it. Returns how many entries it put back.
-pub fn restore_undecided(store: &Store, received_dir: &Path) -> Result<usize> {
-    let mut n = 0;
-    for (t, m) in store.tablets()? {
-        let dir = received_dir.join(t.as_str());
-        if m.applied_pos == WalPos::ZERO || !dir.is_dir() {
-            continue;
-        }
-        let released = read_release(&t, &dir)?;
-        first_intents(received_dir, &t, released, m.applied_pos, |firsts| {
-            let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
-            n += store.restore_undecided(&txns)?;
-            Ok(())
-        })?;
-    }
-    if n > 0 {
-        tracing::info!(
-            undecided = n,
-            "pending trx ids of undecided transactions restored from the received logs"
-        );
-    }
-    Ok(n)
-}
-
 /// Computes and writes the releases of every tablet's received log (see the module doc).
 #[derive(Debug)]
 pub struct Releaser {
@@ -167,6 +139,33 @@ impl Releaser {
         })
     }
 
+    /// [`Releaser::new`] for a starting applier, before any apply worker runs: reads every
+    /// tablet's retained log at once (from its release up to its apply position) instead of
+    /// at the first round, and the same pass puts back the store's in-memory pending
+    /// `trx_open` entries ([`Store::recover_parts_needed`]) — every undecided transaction's
+    /// first intent is there, the release never passes it. Returns the releaser and how
+    /// many entries it put back.
+    pub fn recover(store: Arc<Store>, received_dir: &Path) -> Result<(Releaser, usize)> {
+        let mut rel = Releaser::new(store, received_dir)?;
+        let mut restored = 0;
+        for (t, upto) in rel.applied_at_start.clone() {
+            let dir = rel.root.join(t.as_str());
+            if upto == WalPos::ZERO || !dir.is_dir() {
+                continue;
+            }
+            let released = read_release(&t, &dir)?;
+            rel.scan(&t, released, upto, Some(&mut restored))?;
+            rel.released.insert(t, released);
+        }
+        if restored > 0 {
+            tracing::info!(
+                undecided = restored,
+                "pending trx ids of undecided transactions restored from the received logs"
+            );
+        }
+        Ok((rel, restored))
+    }
+
     /// One round: returns the tablets whose release moved, with the new release.
     pub fn round(&mut self) -> Result<BTreeMap<TabletId, WalPos>> {
         let Some(floors) = self.store.retention_floors()? else {
@@ -198,7 +197,7 @@ impl Releaser {
                         .get(&t)
                         .copied()
                         .unwrap_or(WalPos::ZERO);
-                    self.scan(&t, r, upto)?;
+                    self.scan(&t, r, upto, None)?;
                     self.released.insert(t.clone(), r);
                     r
                 }
@@ -246,11 +245,25 @@ impl Releaser {
 
     /// Reads `t`'s received log from `from` (its current release) up to `to` (its apply
     /// position when the releaser was made) once, pinning the first intent of each
-    /// transaction whose part on `t` is still needed.
-    fn scan(&mut self, t: &TabletId, from: WalPos, to: WalPos) -> Result<()> {
+    /// transaction whose part on `t` is still needed; with `restored`, also puts back the
+    /// pending entries of undecided transactions and counts them (see [`Releaser::recover`]).
+    fn scan(
+        &mut self,
+        t: &TabletId,
+        from: WalPos,
+        to: WalPos,
+        mut restored: Option<&mut usize>,
+    ) -> Result<()> {
         let start = first_intents(&self.root, t, from, to, |firsts| {
             let txns: Vec<TxnId> = firsts.iter().map(|(_, x)| *x).collect();
-            let needed = self.store.parts_needed(t, &txns)?;
+            let needed = match restored.as_deref_mut() {
+                Some(n) => {
+                    let (needed, k) = self.store.recover_parts_needed(t, &txns)?;
+                    *n += k;
+                    needed
+                }
+                None => self.store.parts_needed(t, &txns)?,
+            };
             let pins = self.pinned.entry(t.clone()).or_default();
             for ((pos, txn), n) in firsts.iter().zip(needed) {
                 if n {
@@ -276,12 +289,8 @@ pub struct ReceivedRetention {
 }
 
 impl ReceivedRetention {
-    pub fn start(
-        store: Arc<Store>,
-        received_dir: &Path,
-        every: Duration,
-    ) -> Result<ReceivedRetention> {
-        let mut rel = Releaser::new(store, received_dir)?;
+    pub fn start(mut rel: Releaser, every: Duration) -> Result<ReceivedRetention> {
+        let dir = rel.root.clone();
         let p = Periodic::start("recv-retention", every, move || {
             let started = std::time::Instant::now();
             match rel.round() {
@@ -292,7 +301,7 @@ impl ReceivedRetention {
         })
         .map_err(|source| Error::Io {
             op: "spawn the received-log retention thread",
-            path: received_dir.to_path_buf(),
+            path: dir,
             source,
         })?;
         Ok(ReceivedRetention { _thread: p })

@@ -215,7 +215,7 @@ pub struct Store {
     /// decision) — in memory only: they change twice per transaction (set by its first
     /// intent, cleared by its decision), and writing them cost two LSM puts and two reads
     /// per transaction. Their durable form is the `txns` record's open entry (flag 32),
-    /// written with every intent; after a restart [`Store::restore_undecided`] puts them
+    /// written with every intent; after a restart [`Store::recover_parts_needed`] puts them
     /// back from the transactions found in the retained received logs. Aborted entries stay
     /// in the `trx_open` keyspace (binlog retention expires them).
     opens: Mutex<HashMap<TrxId, TrxOpen>>,
@@ -359,7 +359,7 @@ impl Store {
     /// Writes every keyspace's memtable out to tables and waits for it (the journal then
     /// holds nothing to replay). Used after bulk loads and before shutdown-free measurements.
     pub fn flush(&self) -> Result<()> {
-        for ks in self.keyspaces() {
+        for (_, ks) in self.keyspaces() {
             ks.rotate_memtable_and_wait()
                 .map_err(Error::store("flush memtable"))?;
         }
@@ -396,20 +396,8 @@ impl Store {
 
     /// On-disk bytes and table count (all levels, level 0) of each keyspace, by name.
     pub fn disk_sizes(&self) -> Vec<(&'static str, u64, usize, usize)> {
-        let names = [
-            MVCC,
-            TXNS,
-            META,
-            PENDING,
-            binlog::BINLOG,
-            binlog::TRX,
-            binlog::TRX_OPEN,
-            binlog::GTID,
-            binlog::OPEN_ABORTS,
-        ];
-        names
+        self.keyspaces()
             .into_iter()
-            .zip(self.keyspaces())
             .map(|(n, ks)| (n, ks.disk_space(), ks.table_count(), ks.l0_table_count()))
             .collect()
     }
@@ -419,7 +407,7 @@ impl Store {
     /// them from 20 level-0 runs), then flushes queued, compactions running, journals.
     pub fn lsm_pressure(&self) -> String {
         let mut out = String::new();
-        for (n, ks) in self.disk_sizes().iter().map(|d| d.0).zip(self.keyspaces()) {
+        for (n, ks) in self.keyspaces() {
             let (sealed, l0) = (ks.sealed_memtable_count(), ks.l0_table_count());
             if sealed > 0 || l0 > 0 {
                 out.push_str(&format!("{n}: sealed {sealed} L0 {l0}; "));
@@ -435,17 +423,18 @@ impl Store {
         out
     }
 
-    fn keyspaces(&self) -> [&Keyspace; 9] {
+    /// Every keyspace, with its name.
+    fn keyspaces(&self) -> [(&'static str, &Keyspace); 9] {
         [
-            &self.mvcc,
-            &self.txns,
-            &self.meta,
-            &self.pending,
-            &self.bl.binlog,
-            &self.bl.trx,
-            &self.bl.trx_open,
-            &self.bl.gtid,
-            &self.bl.open_aborts,
+            (MVCC, &self.mvcc),
+            (TXNS, &self.txns),
+            (META, &self.meta),
+            (PENDING, &self.pending),
+            (binlog::BINLOG, &self.bl.binlog),
+            (binlog::TRX, &self.bl.trx),
+            (binlog::TRX_OPEN, &self.bl.trx_open),
+            (binlog::GTID, &self.bl.gtid),
+            (binlog::OPEN_ABORTS, &self.bl.open_aborts),
         ]
     }
 
@@ -824,24 +813,28 @@ impl Store {
         tablet: &TabletId,
         txns: &[TxnId],
     ) -> Result<Vec<Option<Vec<IntentRef>>>> {
-        let mut out: Vec<Option<Option<Vec<IntentRef>>>> = {
+        let on = |st: &TxnState| st.intents.get(tablet).cloned().unwrap_or_default();
+        self.cached_or_stored(txns, |st| Some(on(st)), |_, st| Ok(st.as_ref().map(on)))
+    }
+
+    /// For each of `txns`, `cached` of its state in the cache of unresolved transactions
+    /// (all under one lock), else `stored` of its `txns` record (read outside the lock).
+    fn cached_or_stored<T>(
+        &self,
+        txns: &[TxnId],
+        cached: impl Fn(&TxnState) -> T,
+        mut stored: impl FnMut(&TxnId, Option<TxnState>) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut out: Vec<Option<T>> = {
             let g = self.lock();
-            txns.iter()
-                .map(|t| {
-                    g.get(t)
-                        .map(|st| Some(st.intents.get(tablet).cloned().unwrap_or_default()))
-                })
-                .collect()
+            txns.iter().map(|t| g.get(t).map(&cached)).collect()
         };
         for (txn, o) in txns.iter().zip(out.iter_mut()) {
             if o.is_none() {
-                *o = Some(
-                    self.txn(txn)?
-                        .map(|st| st.intents.get(tablet).cloned().unwrap_or_default()),
-                );
+                *o = Some(stored(txn, self.txn(txn)?)?);
             }
         }
-        Ok(out.into_iter().map(Option::flatten).collect())
+        Ok(out.into_iter().flatten().collect())
     }
 
     fn apply_open_ops(&self, ops: Vec<OpenOp>) {
@@ -881,32 +874,6 @@ impl Store {
             (Some(m), Some(s)) => Some(if m.ht >= s.ht { m } else { s }),
             (m, s) => m.or(s),
         })
-    }
-
-    /// Puts back the pending `trx_open` entries of those of `txns` that are still undecided
-    /// (after a restart; see the `opens` field): their `txns` record holds the entry.
-    /// Returns how many it put back.
-    pub fn restore_undecided(&self, txns: &[TxnId]) -> Result<usize> {
-        let mut ops = Vec::new();
-        for txn in txns {
-            let Some(st) = self.txn(txn)? else { continue };
-            if let (Some(t), None, false, Some((ht, tablet))) =
-                (st.trx_id, &st.commit, st.aborted, st.open)
-            {
-                ops.push(OpenOp::Set(
-                    t,
-                    TrxOpen {
-                        ht,
-                        kind: OpenKind::Pending,
-                        txn: *txn,
-                        tablet,
-                    },
-                ));
-            }
-        }
-        let n = ops.len();
-        self.apply_open_ops(ops);
-        Ok(n)
     }
 
     /// What the store knows about `txn`.
@@ -1348,36 +1315,69 @@ impl Store {
     /// the same batch), so one the store does not know was resolved and pruned by binlog
     /// retention: not needed.
     pub fn parts_needed(&self, tablet: &TabletId, txns: &[TxnId]) -> Result<Vec<bool>> {
-        let mut out: Vec<Option<bool>> = {
-            let g = self.lock();
-            txns.iter()
-                .map(|t| {
-                    g.get(t)
-                        .map(|st| !st.aborted && !st.applied_parts.contains(tablet))
-                })
-                .collect()
-        };
-        // Out of the cache: the stored state. Resolved states are final and every cached
-        // state was committed to `txns` first, so a read that races with applying is never
-        // ahead of the truth in a way that drops a needed part.
-        for (txn, o) in txns.iter().zip(out.iter_mut()) {
-            if o.is_some() {
-                continue;
-            }
-            let needed = match self.txn(txn)? {
-                None => false,
-                Some(st) if st.aborted || st.applied_parts.contains(tablet) => false,
-                Some(st) => match &st.commit {
-                    None => true,
-                    Some(c) => self
-                        .pending
-                        .contains_key(pending_key(c.commit_ht, txn))
-                        .map_err(Error::store("read pending"))?,
-                },
-            };
-            *o = Some(needed);
-        }
-        Ok(out.into_iter().map(|o| o.unwrap_or(true)).collect())
+        self.cached_or_stored(
+            txns,
+            |st| !st.aborted && !st.applied_parts.contains(tablet),
+            |txn, st| self.stored_part_needed(tablet, txn, st.as_ref()),
+        )
+    }
+
+    /// [`Store::parts_needed`] at start, before any worker applies, with the same record
+    /// reads also putting back the pending `trx_open` entries of the undecided transactions
+    /// among `txns` (see the `opens` field: their `txns` record holds the entry). Returns the
+    /// flags and how many entries it put back.
+    pub fn recover_parts_needed(
+        &self,
+        tablet: &TabletId,
+        txns: &[TxnId],
+    ) -> Result<(Vec<bool>, usize)> {
+        let mut ops = Vec::new();
+        let needed = self.cached_or_stored(
+            txns,
+            |st| !st.aborted && !st.applied_parts.contains(tablet),
+            |txn, st| {
+                if let Some(st) = &st {
+                    if let (Some(t), None, false, Some((ht, tab))) =
+                        (st.trx_id, &st.commit, st.aborted, &st.open)
+                    {
+                        let o = TrxOpen {
+                            ht: *ht,
+                            kind: OpenKind::Pending,
+                            txn: *txn,
+                            tablet: tab.clone(),
+                        };
+                        ops.push(OpenOp::Set(t, o));
+                    }
+                }
+                self.stored_part_needed(tablet, txn, st.as_ref())
+            },
+        )?;
+        let n = ops.len();
+        self.apply_open_ops(ops);
+        Ok((needed, n))
+    }
+
+    /// Whether `tablet`'s part of `txn` may still be needed, from its stored record (out of
+    /// the cache). Resolved states are final and every cached state was committed to `txns`
+    /// first, so a read that races with applying is never ahead of the truth in a way that
+    /// drops a needed part.
+    fn stored_part_needed(
+        &self,
+        tablet: &TabletId,
+        txn: &TxnId,
+        st: Option<&TxnState>,
+    ) -> Result<bool> {
+        Ok(match st {
+            None => false,
+            Some(st) if st.aborted || st.applied_parts.contains(tablet) => false,
+            Some(st) => match &st.commit {
+                None => true,
+                Some(c) => self
+                    .pending
+                    .contains_key(pending_key(c.commit_ht, txn))
+                    .map_err(Error::store("read pending"))?,
+            },
+        })
     }
 
     /// Committed transactions not yet applied on every participant, by commit ht.

@@ -295,11 +295,14 @@ fn undecided_trx_ids_are_restored_from_the_received_logs_after_a_restart() {
 
     // After a restart the pending entry is not in memory until the restore puts it back;
     // the aborted one is stored.
-    let store = Store::open(dir.path()).unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
     assert_eq!(kind(&store, open), None);
     assert_eq!(kind(&store, gone), aborted3);
-    let n = tidelog_applier::retention::restore_undecided(&store, &received).unwrap();
+    let (mut rel, n) = Releaser::recover(store.clone(), &received).unwrap();
     assert_eq!(n, 1);
+    // The same read pinned txn 1's intent for retention: the release stays there.
+    rel.round().unwrap();
+    assert_eq!(released(&received, "a"), p1);
     assert_eq!(kind(&store, open), pending1);
     assert_eq!(kind(&store, done), None);
     assert_eq!(kind(&store, gone), aborted3);

@@ -20,7 +20,7 @@ use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
-use tidelog_applier::retention::{ReceivedRetention, RETENTION_INTERVAL};
+use tidelog_applier::retention::{ReceivedRetention, Releaser, RETENTION_INTERVAL};
 use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
 use tidelog_applier::tls::TlsMaterial;
@@ -188,13 +188,12 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
             .await
             .context("opening the store")??,
     );
-    // The undecided transactions' trx ids, kept in memory only, before anything applies.
+    // Before anything applies: one read of the retained received logs, for their retention
+    // and to put back the undecided transactions' trx ids (kept in memory only).
     let (s0, received) = (store.clone(), cfg.data_dir.join("received"));
-    tokio::task::spawn_blocking(move || {
-        tidelog_applier::retention::restore_undecided(&s0, &received)
-    })
-    .await
-    .context("restoring undecided transactions")??;
+    let (releaser, _) = tokio::task::spawn_blocking(move || Releaser::recover(s0, &received))
+        .await
+        .context("reading the received logs")??;
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
     // a cutover interrupted by a crash is finished first.
     let s1 = store.clone();
@@ -266,11 +265,7 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
     // Releases what applying will not read again, so the received logs' writers delete it.
-    let _received_retention = ReceivedRetention::start(
-        store.clone(),
-        &cfg.data_dir.join("received"),
-        RETENTION_INTERVAL,
-    )?;
+    let _received_retention = ReceivedRetention::start(releaser, RETENTION_INTERVAL)?;
     warm_lookup_cache(store.clone(), cfg.cache_size, state.lookup_cache.clone());
     let cleanup = state.cleanup.clone();
     let stop = admin::StopSignal::new();
