@@ -642,6 +642,7 @@ impl Binlog {
         b: &mut OwnedWriteBatch,
         before: HybridTime,
         txns: &mut Vec<TxnId>,
+        prunable: &dyn Fn(&TxnId) -> Result<bool>,
     ) -> Result<usize> {
         let mut n = 0;
         for g in self.open_aborts.range(..before.0.to_be_bytes().to_vec()) {
@@ -653,13 +654,20 @@ impl Binlog {
                     "expected 24 bytes",
                 )
             })?;
-            b.remove(&self.open_aborts, k.to_vec());
-            if let Some(o) = self.trx_open(t)? {
-                if o.kind == OpenKind::Aborted && o.ht == ht {
-                    b.remove(&self.trx_open, trx_key(t).to_vec());
-                    txns.push(o.txn);
-                    n += 1;
+            let o = self.trx_open(t)?;
+            let current = o
+                .as_ref()
+                .filter(|o| o.kind == OpenKind::Aborted && o.ht == ht);
+            if let Some(o) = current {
+                if !prunable(&o.txn)? {
+                    continue; // kept whole, looked at again next time
                 }
+            }
+            b.remove(&self.open_aborts, k.to_vec());
+            if let Some(o) = current {
+                b.remove(&self.trx_open, trx_key(t).to_vec());
+                txns.push(o.txn);
+                n += 1;
             }
         }
         Ok(n)

@@ -26,7 +26,9 @@ use std::sync::{Mutex, MutexGuard};
 use fjall::config::{BlockSizePolicy, CompressionPolicy, HashRatioPolicy, PinningPolicy};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
-use tidelog_wal::{Body, Gtid, HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
+use tidelog_wal::{
+    Body, Gtid, HybridTime, ReadLimit, Reader, Record, TabletId, TrxId, TxnId, WalPos,
+};
 
 use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
 use crate::error::{Error, Result};
@@ -137,16 +139,28 @@ pub struct TxnState {
 pub struct RetentionFloor {
     /// The tablet's apply position.
     pub applied_pos: WalPos,
+    /// The tablet's safe time: the ht of the last record applied (every later one is
+    /// higher).
+    pub safe_time: HybridTime,
     /// The lowest first intent on the tablet of a cached transaction whose part there is
     /// not applied yet, and that transaction.
-    pub intent: Option<(WalPos, TxnId)>,
+    pub intent: Option<(IntentRef, TxnId)>,
 }
 
 impl RetentionFloor {
     /// The lowest position still needed.
     pub fn pos(&self) -> WalPos {
         self.intent
-            .map_or(self.applied_pos, |(p, _)| p.min(self.applied_pos))
+            .map_or(self.applied_pos, |(i, _)| i.pos.min(self.applied_pos))
+    }
+
+    /// A lower bound of the ht of every record at or after [`RetentionFloor::pos`]: the
+    /// intent's there, else just above the safe time (records not applied yet are newer).
+    pub fn ht(&self) -> HybridTime {
+        match self.intent {
+            Some((i, _)) if i.pos < self.applied_pos => i.ht.min(self.safe_time),
+            _ => self.safe_time.next(),
+        }
     }
 }
 
@@ -198,8 +212,10 @@ pub struct Store {
     /// `mvcc` history filter ([`crate::history`]).
     horizon: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
-    /// transactions (the committed state of their `txns` records, so applying does not read
-    /// them back from the LSM; resolved ones leave it).
+    /// transactions: every undecided one and every committed one not applied everywhere,
+    /// with their intents. It is the only copy of an undecided transaction's state (nothing
+    /// is written before the decision); [`Store::open`] rebuilds it from the received logs.
+    /// Resolved ones leave it.
     write_lock: Mutex<HashMap<TxnId, TxnState>>,
     /// Set when an apply batch failed after taking transactions out of the cache: the cache
     /// no longer lists every unresolved transaction, so received-log retention must not
@@ -214,12 +230,33 @@ pub struct Store {
     /// The pending `trx_open` entries — trx id → its undecided transaction (intents, no
     /// decision) — in memory only: they change twice per transaction (set by its first
     /// intent, cleared by its decision), and writing them cost two LSM puts and two reads
-    /// per transaction. Their durable form is the `txns` record's open entry (flag 32),
-    /// written with every intent; after a restart [`Store::recover_parts_needed`] puts them
-    /// back from the transactions found in the retained received logs. Aborted entries stay
+    /// per transaction. Their durable form is the intents in the received logs: after a
+    /// restart `rebuild_unresolved` puts them back with the undecided transactions they
+    /// belong to. Aborted entries stay
     /// in the `trx_open` keyspace (binlog retention expires them).
     opens: Mutex<HashMap<TrxId, TrxOpen>>,
+    /// See [`Store::set_prune_floor`] (0 until set: nothing pruned).
+    prune_floor: std::sync::atomic::AtomicU64,
+    /// What opening rebuilt from the received logs.
+    rebuilt: Rebuilt,
 }
+
+/// What [`Store::open`] found in the retained received logs (`Store::rebuild_unresolved`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Records read.
+    pub records: u64,
+    /// Undecided transactions put back in the cache.
+    pub undecided: usize,
+    /// Committed transactions not applied everywhere, put back with their intents.
+    pub pending: usize,
+    /// Pending `trx_open` entries put back (undecided transactions with a trx id).
+    pub restored: usize,
+}
+
+/// Transactions classified at once while rebuilding (memory bounded by the chunk; a
+/// transaction spanning chunks is classified twice, harmlessly).
+const REBUILD_CHUNK: usize = 65_536;
 
 /// A pending-entry change of one apply batch, in record order.
 enum OpenOp {
@@ -309,6 +346,8 @@ impl Store {
             cache_incomplete: std::sync::atomic::AtomicBool::new(false),
             tablet_ids: Mutex::new(Default::default()),
             opens: Mutex::new(HashMap::new()),
+            prune_floor: std::sync::atomic::AtomicU64::new(0),
+            rebuilt: Rebuilt::default(),
         };
         let ids = store.scan_tablets()?.into_keys().collect();
         *store
@@ -322,6 +361,16 @@ impl Store {
             store.read_binlog_horizon()?.0,
             std::sync::atomic::Ordering::Release,
         );
+        store.rebuilt = store.rebuild_unresolved(&data_dir.join("received"))?;
+        if store.rebuilt.undecided + store.rebuilt.pending > 0 {
+            tracing::info!(
+                undecided = store.rebuilt.undecided,
+                pending = store.rebuilt.pending,
+                trx_ids = store.rebuilt.restored,
+                records = store.rebuilt.records,
+                "unresolved transactions rebuilt from the received logs"
+            );
+        }
         Ok(store)
     }
 
@@ -653,6 +702,8 @@ impl Store {
     /// index entries and old aborts, in one batch, and raises the horizon. Returns the
     /// number of binlog entries removed and whether everything below `before` is gone.
     pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
+        let floor = self.prune_floor();
+        let before = before.min(floor);
         let mut b = self.db.batch();
         let mut txns = Vec::new();
         let (n, done) = self.bl.expire(&mut b, before, max, &mut txns)?;
@@ -663,7 +714,15 @@ impl Store {
             // Aborted `trx_open` entries, and their transactions' records.
             let mut ob = self.db.batch();
             let mut aborted = Vec::new();
-            self.bl.expire_open(&mut ob, before, &mut aborted)?;
+            // An aborted transaction's intents may come after its abort (in ht too): its
+            // record goes only once none of them can be retained.
+            let prunable = |t: &TxnId| -> Result<bool> {
+                Ok(self
+                    .txn(t)?
+                    .is_none_or(|st| st.intents.values().flatten().all(|i| i.ht < floor)))
+            };
+            self.bl
+                .expire_open(&mut ob, before, &mut aborted, &prunable)?;
             for t in aborted {
                 ob.remove(&self.txns, t.0.to_vec());
             }
@@ -917,6 +976,30 @@ impl Store {
         durability: Durability,
     ) -> Result<ApplyOutcome> {
         let mut g = self.lock();
+        // The batch's transactions, moved out of the cache (see `txn_entry`). They go back
+        // whether the batch commits or not: an undecided transaction's state lives only
+        // here (its intents are rebuilt from the received logs at start, not stored), so a
+        // failed batch must not drop it. What a failed batch added to them is re-applied
+        // after a restart anyway (adding an intent twice is a no-op).
+        let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
+        let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos, durability);
+        for (txn, st) in txns {
+            if !resolved(&st) {
+                g.insert(txn, st);
+            }
+        }
+        r
+    }
+
+    fn apply_locked(
+        &self,
+        g: &mut HashMap<TxnId, TxnState>,
+        txns: &mut HashMap<TxnId, TxnState>,
+        tablet: &TabletId,
+        records: &[(WalPos, Record)],
+        end_pos: WalPos,
+        durability: Durability,
+    ) -> Result<ApplyOutcome> {
         let mut meta = self.tablet(tablet)?.unwrap_or_default();
         let start = meta.applied_pos;
         // A tablet that never applied anything may start wherever its received log starts.
@@ -934,7 +1017,7 @@ impl Store {
                 )
             })
             .count();
-        let mut txns: HashMap<TxnId, TxnState> = HashMap::with_capacity(txn_records);
+        txns.reserve(txn_records);
         let mut opens = OpenEdits::default();
         let mut pending_opens: Vec<OpenOp> = Vec::new();
         let mut key_buf = Vec::new();
@@ -1006,7 +1089,7 @@ impl Store {
                 }
                 Body::Intent { txn, trx_id, .. } => {
                     out.intents += 1;
-                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, g, txns, txn)?;
                     let list = st.intents.entry(tablet.clone()).or_default();
                     let r = IntentRef {
                         pos: *pos,
@@ -1040,7 +1123,7 @@ impl Store {
                     gtid,
                 } => {
                     out.commits += 1;
-                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, g, txns, txn)?;
                     if let Some(c) = &st.commit {
                         if c.commit_ht != rec.ht {
                             return Err(Error::Invalid(format!(
@@ -1087,7 +1170,7 @@ impl Store {
                 }
                 Body::Abort { txn, trx_id } => {
                     out.aborts += 1;
-                    let st = Self::txn_entry(self, &mut g, &mut txns, txn)?;
+                    let st = Self::txn_entry(self, g, txns, txn)?;
                     if st.commit.is_some() {
                         tracing::warn!(%tablet, %txn, %pos, "abort received for a committed transaction");
                     } else if !st.aborted {
@@ -1140,8 +1223,18 @@ impl Store {
             }
         }
 
-        for (txn, st) in &txns {
-            batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
+        // A `txns` record is written when the transaction is decided (its commit or abort,
+        // first seen in this batch) and for intents arriving after an abort (so that the
+        // record's intents bound what binlog retention may prune; see `prune_floor`). An
+        // undecided transaction — or a committed one receiving intents — is not written:
+        // its intents are in the received logs, and `rebuild_unresolved` finds them there
+        // after a restart (3 → 1 LSM puts per transaction).
+        let decided: std::collections::HashSet<TxnId> =
+            out.new_commits.iter().map(|(t, _)| *t).collect();
+        for (txn, st) in txns.iter() {
+            if st.aborted || decided.contains(txn) {
+                batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
+            }
         }
         self.bl.write_open(&mut batch, opens);
         meta.applied_pos = end_pos;
@@ -1154,13 +1247,6 @@ impl Store {
         self.commit(batch, durability)?;
         self.note_tablet(tablet);
         self.apply_open_ops(pending_opens);
-        for (txn, st) in txns {
-            if resolved(&st) {
-                g.remove(&txn);
-            } else {
-                g.insert(txn, st);
-            }
-        }
         out.applied_pos = meta.applied_pos;
         out.safe_time = meta.safe_time;
         Ok(out)
@@ -1211,13 +1297,25 @@ impl Store {
         let mut updated: Vec<(TxnId, TxnState)> = Vec::with_capacity(parts.len());
         let mut applied = 0;
         let mut key_buf = Vec::new();
+        let mut failed = None;
         for p in parts {
             // Moved out of the cache (see `txn_entry`), put back after the commit.
             let mut st = match g.remove(&p.txn) {
                 Some(st) => st,
-                None => self.txn(&p.txn)?.ok_or_else(|| {
-                    Error::Invalid(format!("tablet {tablet}: part of unknown txn {}", p.txn))
-                })?,
+                None => match self.txn(&p.txn) {
+                    Ok(Some(st)) => st,
+                    Ok(None) => {
+                        failed = Some(Error::Invalid(format!(
+                            "tablet {tablet}: part of unknown txn {}",
+                            p.txn
+                        )));
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                },
             };
             if st.applied_parts.contains(tablet) {
                 // Nothing to write; goes back to the cache unchanged.
@@ -1247,28 +1345,31 @@ impl Store {
             // which writes the same versions at the same ht (idempotent).
             updated.push((p.txn, st));
         }
-        if applied > 0 {
-            self.commit(batch, durability)?;
-        }
+        let r = if let Some(e) = failed {
+            Err(e)
+        } else if applied > 0 {
+            self.commit(batch, durability)
+        } else {
+            Ok(())
+        };
+        // Back into the cache even when the commit failed (the only copy of their intents;
+        // the parts marked applied are applied again after a restart, idempotently).
         for (txn, st) in updated {
-            if resolved(&st) {
-                g.remove(&txn);
-            } else {
+            if !resolved(&st) {
                 g.insert(txn, st);
             }
         }
-        Ok(applied)
+        r.map(|()| applied)
     }
 
     // ---- received-log retention -------------------------------------------------------
 
-    /// Per tablet, the lowest received-log position applying may still read, as far as this
-    /// process has seen: the apply position, or the first intent there of a cached
-    /// (unresolved) transaction whose part on that tablet is not applied yet, whichever is
-    /// lower. Taken under the write lock, so apply positions and the cache agree. Intents
-    /// applied before this process started are not in the cache until touched again:
-    /// [`crate::retention`] finds those by reading the received logs once. `None` when the
-    /// cache cannot be trusted (an apply batch failed; see `cache_incomplete`).
+    /// Per tablet, the lowest received-log position applying may still read: the apply
+    /// position, or the first intent there of an unresolved transaction whose part on that
+    /// tablet is not applied yet, whichever is lower. The cache holds every unresolved
+    /// transaction (rebuilt at open from the retained logs), and this is taken under the
+    /// write lock, so apply positions and the cache agree. `None` when the cache cannot be
+    /// trusted (an apply batch failed; see `cache_incomplete`).
     pub fn retention_floors(&self) -> Result<Option<BTreeMap<TabletId, RetentionFloor>>> {
         let g = self.lock();
         if self
@@ -1283,6 +1384,7 @@ impl Store {
             .map(|(t, m)| {
                 let f = RetentionFloor {
                     applied_pos: m.applied_pos,
+                    safe_time: m.safe_time,
                     intent: None,
                 };
                 (t, f)
@@ -1298,8 +1400,8 @@ impl Store {
                 }
                 if let Some(first) = list.first() {
                     let f = out.entry(t.clone()).or_default();
-                    if f.intent.is_none_or(|(p, _)| first.pos < p) {
-                        f.intent = Some((first.pos, *txn));
+                    if f.intent.is_none_or(|(i, _)| first.pos < i.pos) {
+                        f.intent = Some((*first, *txn));
                     }
                 }
             }
@@ -1307,77 +1409,155 @@ impl Store {
         Ok(Some(out))
     }
 
-    /// For each of `txns`: whether `tablet`'s part of it may still have to be applied from
-    /// its intents in the received log — not aborted, and not known to be applied there. The
-    /// cache knows the parts applied by this process (one lock for all of `txns`); a
-    /// committed transaction out of the cache is applied on every participant unless
-    /// `pending` still lists it. Every applied intent's transaction has a record (written in
-    /// the same batch), so one the store does not know was resolved and pruned by binlog
-    /// retention: not needed.
-    pub fn parts_needed(&self, tablet: &TabletId, txns: &[TxnId]) -> Result<Vec<bool>> {
-        self.cached_or_stored(
-            txns,
-            |st| !st.aborted && !st.applied_parts.contains(tablet),
-            |txn, st| self.stored_part_needed(tablet, txn, st.as_ref()),
-        )
-    }
-
-    /// [`Store::parts_needed`] at start, before any worker applies, with the same record
-    /// reads also putting back the pending `trx_open` entries of the undecided transactions
-    /// among `txns` (see the `opens` field: their `txns` record holds the entry). Returns the
-    /// flags and how many entries it put back.
-    pub fn recover_parts_needed(
-        &self,
-        tablet: &TabletId,
-        txns: &[TxnId],
-    ) -> Result<(Vec<bool>, usize)> {
+    /// Rebuilds the cache of unresolved transactions from the retained received logs under
+    /// `received` (one directory per tablet), before anything applies. Undecided
+    /// transactions and the intents of committed ones that arrive after their commit are
+    /// not stored (see `apply_locked`); their intents are in the received logs, and every
+    /// one a part may still need is retained: a tablet's release never passes the first
+    /// intent of a transaction whose part there is not applied (`crate::retention`). So
+    /// each tablet's log is read from its release up to its apply position (what lies
+    /// above is applied again by its worker), and each transaction found is classified by
+    /// its `txns` record, in chunks of at most [`REBUILD_CHUNK`] transactions:
+    ///
+    /// * no record: undecided (binlog retention keeps the record of a decided transaction
+    ///   while its intents may still be retained — `prune_floor`) → cached, with its
+    ///   pending `trx_open` entry when it carries a trx id;
+    /// * committed and still in `pending` → cached with its record, intents added;
+    /// * aborted, or committed and applied everywhere → resolved, skipped.
+    fn rebuild_unresolved(&self, received: &Path) -> Result<Rebuilt> {
+        let mut out = Rebuilt::default();
         let mut ops = Vec::new();
-        let needed = self.cached_or_stored(
-            txns,
-            |st| !st.aborted && !st.applied_parts.contains(tablet),
-            |txn, st| {
-                if let Some(st) = &st {
-                    if let (Some(t), None, false, Some((ht, tab))) =
-                        (st.trx_id, &st.commit, st.aborted, &st.open)
-                    {
-                        let o = TrxOpen {
-                            ht: *ht,
-                            kind: OpenKind::Pending,
-                            txn: *txn,
-                            tablet: tab.clone(),
-                        };
-                        ops.push(OpenOp::Set(t, o));
+        for (t, m) in self.tablets()? {
+            let dir = received.join(t.as_str());
+            if m.applied_pos == WalPos::ZERO || !dir.is_dir() {
+                continue;
+            }
+            let wal = |source| Error::Wal {
+                tablet: t.clone(),
+                source,
+            };
+            let release = tidelog_wal::retention::read_acked(&dir)
+                .map_err(wal)?
+                .unwrap_or(WalPos::ZERO);
+            let mut r = Reader::open(received, &t, ReadLimit::Durable).map_err(wal)?;
+            let start = release.max(r.oldest());
+            if start >= m.applied_pos {
+                continue;
+            }
+            r.seek(start).map_err(wal)?;
+            let mut chunk: HashMap<TxnId, (Vec<IntentRef>, Option<TrxId>)> = HashMap::new();
+            loop {
+                let rec = r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos);
+                let done = rec.is_none();
+                if let Some((pos, rec)) = rec {
+                    out.records += 1;
+                    if let Body::Intent { txn, trx_id, .. } = rec.body {
+                        let e = chunk.entry(txn).or_default();
+                        e.0.push(IntentRef { pos, ht: rec.ht });
+                        e.1 = trx_id.or(e.1);
                     }
                 }
-                self.stored_part_needed(tablet, txn, st.as_ref())
-            },
-        )?;
-        let n = ops.len();
+                if done || chunk.len() >= REBUILD_CHUNK {
+                    self.rebuild_chunk(&t, chunk.drain(), &mut ops, &mut out)?;
+                }
+                if done {
+                    break;
+                }
+            }
+            tracing::info!(tablet = %t, from = %start, to = %m.applied_pos,
+                "received log read for the transactions applied before this start");
+        }
+        out.restored = ops.len();
         self.apply_open_ops(ops);
-        Ok((needed, n))
+        Ok(out)
     }
 
-    /// Whether `tablet`'s part of `txn` may still be needed, from its stored record (out of
-    /// the cache). Resolved states are final and every cached state was committed to `txns`
-    /// first, so a read that races with applying is never ahead of the truth in a way that
-    /// drops a needed part.
-    fn stored_part_needed(
+    fn rebuild_chunk(
         &self,
         tablet: &TabletId,
-        txn: &TxnId,
-        st: Option<&TxnState>,
-    ) -> Result<bool> {
-        Ok(match st {
-            None => false,
-            Some(st) if st.aborted || st.applied_parts.contains(tablet) => false,
-            Some(st) => match &st.commit {
-                None => true,
-                Some(c) => self
-                    .pending
-                    .contains_key(pending_key(c.commit_ht, txn))
-                    .map_err(Error::store("read pending"))?,
-            },
-        })
+        chunk: impl Iterator<Item = (TxnId, (Vec<IntentRef>, Option<TrxId>))>,
+        ops: &mut Vec<OpenOp>,
+        out: &mut Rebuilt,
+    ) -> Result<()> {
+        let mut g = self.lock();
+        for (txn, (intents, trx_id)) in chunk {
+            let st = match g.remove(&txn) {
+                Some(st) => st,
+                None => match self.txn(&txn)? {
+                    None => {
+                        out.undecided += 1;
+                        TxnState::default()
+                    }
+                    Some(st) if st.aborted => continue,
+                    Some(st) => match &st.commit {
+                        // A record without a decision: written by an older version
+                        // (its trx_open entry is put back below).
+                        None => {
+                            out.undecided += 1;
+                            TxnState { open: None, ..st }
+                        }
+                        Some(c) => {
+                            let key = pending_key(c.commit_ht, &txn);
+                            if !self
+                                .pending
+                                .contains_key(key)
+                                .map_err(Error::store("read pending"))?
+                            {
+                                continue;
+                            }
+                            out.pending += 1;
+                            st
+                        }
+                    },
+                },
+            };
+            let mut st = st;
+            let first = intents.first().copied();
+            let list = st.intents.entry(tablet.clone()).or_default();
+            for ir in intents {
+                if let Err(i) = list.binary_search(&ir) {
+                    list.insert(i, ir);
+                }
+            }
+            st.trx_id = st.trx_id.or(trx_id);
+            if let (Some(id), None, false, None, Some(first)) =
+                (st.trx_id, &st.commit, st.aborted, &st.open, first)
+            {
+                ops.push(OpenOp::Set(
+                    id,
+                    TrxOpen {
+                        ht: first.ht,
+                        kind: OpenKind::Pending,
+                        txn,
+                        tablet: tablet.clone(),
+                    },
+                ));
+                st.open = Some((first.ht, tablet.clone()));
+            }
+            g.insert(txn, st);
+        }
+        Ok(())
+    }
+
+    /// What [`Store::open`] rebuilt from the received logs.
+    pub fn rebuilt(&self) -> Rebuilt {
+        self.rebuilt
+    }
+
+    /// Binlog retention keeps the `txns` record of every transaction decided at or after
+    /// `ht` (and the binlog from there): received-log retention says that every record still
+    /// retained — what [`Store::open`] reads back after a restart — has an ht of at least
+    /// `ht`. A transaction's intents come before its commit, so a committed transaction
+    /// whose record goes has none left there (else it would look undecided after a
+    /// restart); an aborted one is checked against its record's intents. Until the first
+    /// call nothing is pruned.
+    pub fn set_prune_floor(&self, ht: HybridTime) {
+        self.prune_floor
+            .store(ht.0, std::sync::atomic::Ordering::Release);
+    }
+
+    fn prune_floor(&self) -> HybridTime {
+        HybridTime(self.prune_floor.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Committed transactions not yet applied on every participant, by commit ht.
@@ -1409,9 +1589,8 @@ impl Store {
     }
 
     /// The state of `txn` for this batch, moved out of the cache of unresolved transactions
-    /// (no copy; put back once the batch commits). A batch that fails leaves it out: the
-    /// cache then falls back to the stored state, behind but never ahead of the store (only
-    /// in-memory applied parts are forgotten, and applying a part again is idempotent).
+    /// (no copy; put back after the batch, also when it fails). Not in the cache: its
+    /// `txns` record (decided earlier), or a new undecided transaction.
     fn txn_entry<'a>(
         &self,
         unresolved: &mut HashMap<TxnId, TxnState>,
@@ -2166,6 +2345,7 @@ mod tests {
             vec![40, 30, 20, 10],
             "no horizon yet: all kept"
         );
+        s.set_prune_floor(HybridTime::MAX);
         assert_eq!(s.expire_binlog(HybridTime(55), 10).unwrap(), (1, true));
         assert_eq!(s.binlog_horizon().unwrap(), HybridTime(55));
         // Horizon 55 is above every version of k: only the newest (40) can be read.
@@ -2247,16 +2427,67 @@ mod tests {
         s.apply_parts(&a, &[part(x, 10), part(z, 30)], Durability::Sync)
             .unwrap();
         let known = |txn| s.txn(&txn).unwrap().is_some();
-        assert!(known(x) && known(y) && known(z) && known(w));
-        // Expire below 20: x's commit and y's abort go, with their records; z (committed at
-        // 30) and w (undecided) stay.
+        assert!(known(x) && known(y) && known(z));
+        assert!(!known(w), "an undecided transaction was written to txns");
+        // Until received-log retention says what is retained, nothing expires.
+        assert_eq!(s.expire_binlog(HybridTime(20), 100).unwrap(), (0, true));
+        // Records at ht ≥ 10 retained (x's intents could be there): x's record stays.
+        s.set_prune_floor(HybridTime(10));
+        assert_eq!(s.expire_binlog(HybridTime(20), 100).unwrap(), (0, true));
+        assert!(
+            known(x) && known(y),
+            "pruned while the floor is at the commit"
+        );
+        // Nothing retained below 20: x's commit and y's abort go, with their records; z
+        // (committed at 30) stays, and w stays undecided in the cache.
+        s.set_prune_floor(HybridTime(25));
         let (n, done) = s.expire_binlog(HybridTime(20), 100).unwrap();
         assert_eq!((n, done), (1, true));
         assert!(!known(x), "the expired commit's record stayed");
         assert!(!known(y), "the expired abort's record stayed");
-        assert!(known(z) && known(w));
-        // A pruned transaction is resolved: its intents are not needed any more.
-        assert_eq!(s.parts_needed(&a, &[x, w]).unwrap(), vec![false, true]);
+        assert!(known(z));
+        let sw = s.txn_state(&w).unwrap().unwrap();
+        assert!(sw.commit.is_none() && !sw.aborted && sw.intents.contains_key(&a));
+    }
+
+    /// An aborted transaction whose intent arrives after the abort (in ht too) keeps its
+    /// record while that intent's ht is at or above the prune floor.
+    #[test]
+    fn expiry_keeps_an_abort_with_a_late_intent_above_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let (a, b, st) = (t("a"), t("b"), t("status"));
+        let x = TxnId::from_u128(1);
+        let id = TrxId::new(9, 1);
+        let (ra, enda) = place(0, vec![intent(5, x, Some(id), vec![])]);
+        s.apply(&a, &ra, enda, Durability::Sync).unwrap();
+        let abort = Record::new(
+            HybridTime(10),
+            Body::Abort {
+                txn: x,
+                trx_id: Some(id),
+            },
+        );
+        let (rs, ends) = place(0, vec![abort]);
+        s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        // The late intent on b, at ht 15: the record is written again with it.
+        let (rb, endb) = place(0, vec![intent(15, x, Some(id), vec![])]);
+        s.apply(&b, &rb, endb, Durability::Sync).unwrap();
+        let rec = s.txn(&x).unwrap().unwrap();
+        assert!(rec.aborted && rec.intents.contains_key(&b), "{rec:?}");
+        s.set_prune_floor(HybridTime(12));
+        s.expire_binlog(HybridTime(20), 100).unwrap();
+        assert!(
+            s.txn(&x).unwrap().is_some(),
+            "pruned with an intent above the floor"
+        );
+        s.set_prune_floor(HybridTime(16));
+        s.expire_binlog(HybridTime(20), 100).unwrap();
+        assert!(
+            s.txn(&x).unwrap().is_none(),
+            "kept once the floor passed its intents"
+        );
+        assert!(s.bl.trx_open(id).unwrap().is_none());
     }
 
     /// Expiring an aborted attempt of a trx id whose retry (same trx id, newer) is
@@ -2289,6 +2520,7 @@ mod tests {
         // A binlog entry below 20, so that expiry runs to the end and expires opens.
         let (rw, endw) = place(enda.0, vec![trx_write(13, TrxId::new(1, 1))]);
         s.apply(&a, &rw, endw, Durability::Sync).unwrap();
+        s.set_prune_floor(HybridTime::MAX);
         assert_eq!(s.expire_binlog(HybridTime(20), 10).unwrap(), (1, true));
         let o = s.open_trx(id).unwrap().unwrap();
         assert_eq!(

@@ -134,8 +134,10 @@ fn release_waits_for_undecided_intents_across_a_restart() {
     target.wait_applied("a", wa.durable_pos());
     target.wait_applied("s", ws.durable_pos());
 
-    // Txn 1 is undecided: a's release stops at its intent; s has nothing to hold.
-    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    // Txn 1 is undecided: nothing of it is stored (its intent is in the received log and
+    // in memory); a's release stops at its intent; s has nothing to hold.
+    assert_eq!(target.store.txn(&TxnId::from_u128(1)).unwrap(), None);
+    let mut rel = Releaser::new(target.store.clone(), &received);
     rel.round().unwrap();
     assert_eq!(released(&received, "a"), p1);
     assert_eq!(released(&received, "s"), ws.durable_pos());
@@ -155,12 +157,18 @@ fn release_waits_for_undecided_intents_across_a_restart() {
     rel.round().unwrap();
     assert_eq!(released(&received, "a"), p1);
 
-    // Restart: txn 1 is no longer in the cache; the new releaser must find it in the log.
+    // Restart: opening the store finds txn 1 in the retained log again.
     drop(rel);
     target.stop();
     let target = Target::start(dir.path(), &["a", "s"]);
+    assert_eq!(
+        target.store.rebuilt().undecided,
+        1,
+        "{:?}",
+        target.store.rebuilt()
+    );
     target.wait_applied("a", wa.durable_pos());
-    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    let mut rel = Releaser::new(target.store.clone(), &received);
     rel.round().unwrap();
     assert_eq!(
         released(&received, "a"),
@@ -219,7 +227,7 @@ fn release_waits_for_undecided_intents_across_a_restart() {
     let k99 = target.store.get(b"k99", None).unwrap().unwrap();
     assert_eq!(k99.value.as_deref(), Some(value.as_bytes()));
     // Never backwards: a new releaser (as after a restart) keeps the release.
-    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    let mut rel = Releaser::new(target.store.clone(), &received);
     rel.round().unwrap();
     assert!(released(&received, "a") >= end_a);
     target.stop();
@@ -287,20 +295,18 @@ fn undecided_trx_ids_are_restored_from_the_received_logs_after_a_restart() {
     assert_eq!(kind(&target.store, done), None);
     assert_eq!(kind(&target.store, gone), aborted3);
     // A release first, so that the restore reads from it: held at txn 1's intent.
-    let mut rel = Releaser::new(target.store.clone(), &received).unwrap();
+    let mut rel = Releaser::new(target.store.clone(), &received);
     rel.round().unwrap();
     assert_eq!(released(&received, "a"), p1);
     drop(rel);
     target.stop();
 
-    // After a restart the pending entry is not in memory until the restore puts it back;
-    // the aborted one is stored.
+    // After a restart the pending entry is back in memory, from the received log; the
+    // aborted one is stored.
     let store = Arc::new(Store::open(dir.path()).unwrap());
-    assert_eq!(kind(&store, open), None);
-    assert_eq!(kind(&store, gone), aborted3);
-    let (mut rel, n) = Releaser::recover(store.clone(), &received).unwrap();
-    assert_eq!(n, 1);
-    // The same read pinned txn 1's intent for retention: the release stays there.
+    assert_eq!(store.rebuilt().restored, 1, "{:?}", store.rebuilt());
+    // Txn 1 is in the cache again: the release stays at its intent.
+    let mut rel = Releaser::new(store.clone(), &received);
     rel.round().unwrap();
     assert_eq!(released(&received, "a"), p1);
     assert_eq!(kind(&store, open), pending1);

@@ -183,17 +183,14 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
     let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
+    // Opening reads the retained received logs once: the undecided transactions (and the
+    // late intents of committed ones) live there and in memory only.
     let store = Arc::new(
         tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
             .await
             .context("opening the store")??,
     );
-    // Before anything applies: one read of the retained received logs, for their retention
-    // and to put back the undecided transactions' trx ids (kept in memory only).
-    let (s0, received) = (store.clone(), cfg.data_dir.join("received"));
-    let (releaser, _) = tokio::task::spawn_blocking(move || Releaser::recover(s0, &received))
-        .await
-        .context("reading the received logs")??;
+    let releaser = Releaser::new(store.clone(), &cfg.data_dir.join("received"));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
     // a cutover interrupted by a crash is finished first.
     let s1 = store.clone();
