@@ -217,6 +217,15 @@ pub struct Store {
     /// is written before the decision); [`Store::open`] rebuilds it from the received logs.
     /// Resolved ones leave it.
     write_lock: Mutex<HashMap<TxnId, TxnState>>,
+    /// Orders store commits as the write lock ordered their preparation. Apply batches take
+    /// it before letting go of the write lock and commit under it alone, so the next batch
+    /// is prepared (decoding, transaction state, building the fjall batch) while this one's
+    /// memtable inserts run — a two-stage pipeline instead of one lock over both. Everything
+    /// else takes both ([`Store::lock`]): store and cache then agree.
+    commit_order: Mutex<()>,
+    /// Transactions resolved by a batch whose commit is in flight: gone from the cache, not
+    /// yet readable in the store. [`Store::settled_txn`] looks here first.
+    in_flight: Mutex<HashMap<TxnId, TxnState>>,
     /// Set when an apply batch failed after taking transactions out of the cache: the cache
     /// no longer lists every unresolved transaction, so received-log retention must not
     /// trust it until a restart.
@@ -257,6 +266,34 @@ pub struct Rebuilt {
 /// Transactions classified at once while rebuilding (memory bounded by the chunk; a
 /// transaction spanning chunks is classified twice, harmlessly).
 const REBUILD_CHUNK: usize = 65_536;
+
+/// An apply batch prepared under the write lock, to be committed under the commit order.
+struct Prepared {
+    /// `None`: nothing to write (a pure replay).
+    batch: Option<fjall::OwnedWriteBatch>,
+    /// Pending-entry changes, made once the batch is committed.
+    opens: Vec<OpenOp>,
+    out: ApplyOutcome,
+}
+
+/// [`Store::lock`]'s guard: the cache, with the commit order held.
+struct Locked<'a> {
+    cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
+    _order: MutexGuard<'a, ()>,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = HashMap<TxnId, TxnState>;
+    fn deref(&self) -> &Self::Target {
+        &self.cache
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.cache
+    }
+}
 
 /// A pending-entry change of one apply batch, in record order.
 enum OpenOp {
@@ -343,6 +380,8 @@ impl Store {
             cut: std::sync::atomic::AtomicU64::new(0),
             horizon,
             write_lock: Mutex::new(HashMap::new()),
+            commit_order: Mutex::new(()),
+            in_flight: Mutex::new(HashMap::new()),
             cache_incomplete: std::sync::atomic::AtomicBool::new(false),
             tablet_ids: Mutex::new(Default::default()),
             opens: Mutex::new(HashMap::new()),
@@ -391,11 +430,80 @@ impl Store {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<TxnId, TxnState>> {
-        // The cache is only updated after a batch commits: a panic cannot leave it ahead.
+    /// The write lock and then the commit order: no apply batch is being prepared or
+    /// committed, so the store and the cache agree.
+    fn lock(&self) -> Locked<'_> {
+        let cache = self.cache_lock();
+        let order = self.order_lock();
+        Locked {
+            cache,
+            _order: order,
+        }
+    }
+
+    fn cache_lock(&self) -> MutexGuard<'_, HashMap<TxnId, TxnState>> {
+        // A failed batch puts its transactions back (see `apply_inner`); a panic while
+        // holding it can leave the cache incomplete, which a restart rebuilds.
         self.write_lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn order_lock(&self) -> MutexGuard<'_, ()> {
+        self.commit_order
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn in_flight(&self) -> MutexGuard<'_, HashMap<TxnId, TxnState>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The state of a transaction out of the cache: resolved by a batch still committing,
+    /// else its `txns` record.
+    fn settled_txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
+        if let Some(st) = self.in_flight().get(txn) {
+            return Ok(Some(st.clone()));
+        }
+        self.txn(txn)
+    }
+
+    /// Ends the preparation of a batch under `cache` (the write lock): the batch's
+    /// transactions go back to the cache (unresolved ones) or to `in_flight` (resolved
+    /// ones, until the commit), the commit order is taken, and the write lock is let go.
+    /// Returns the commit-order guard and the ids to take out of `in_flight` afterwards.
+    fn hand_over<'a>(
+        &'a self,
+        mut cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
+        txns: impl IntoIterator<Item = (TxnId, TxnState)>,
+        committing: bool,
+    ) -> (MutexGuard<'a, ()>, Vec<TxnId>) {
+        let order = self.order_lock();
+        let mut settled = Vec::new();
+        {
+            let mut fl = self.in_flight();
+            for (txn, st) in txns {
+                if !resolved(&st) {
+                    cache.insert(txn, st);
+                } else if committing {
+                    settled.push(txn);
+                    fl.insert(txn, st);
+                }
+            }
+        }
+        drop(cache);
+        (order, settled)
+    }
+
+    fn settle(&self, ids: Vec<TxnId>) {
+        if !ids.is_empty() {
+            let mut fl = self.in_flight();
+            for id in ids {
+                fl.remove(&id);
+            }
+        }
     }
 
     /// Makes everything committed so far durable (fsync of the journal).
@@ -858,10 +966,10 @@ impl Store {
     /// What the store knows about `txn`, from the cache of unresolved transactions when it
     /// is there (no LSM read), else from `txns`.
     pub fn txn_state(&self, txn: &TxnId) -> Result<Option<TxnState>> {
-        if let Some(st) = self.lock().get(txn) {
+        if let Some(st) = self.cache_lock().get(txn) {
             return Ok(Some(st.clone()));
         }
-        self.txn(txn)
+        self.settled_txn(txn)
     }
 
     /// For each of `txns`, its intent records on `tablet` (`None`: the store does not know
@@ -885,12 +993,12 @@ impl Store {
         mut stored: impl FnMut(&TxnId, Option<TxnState>) -> Result<T>,
     ) -> Result<Vec<T>> {
         let mut out: Vec<Option<T>> = {
-            let g = self.lock();
+            let g = self.cache_lock();
             txns.iter().map(|t| g.get(t).map(&cached)).collect()
         };
         for (txn, o) in txns.iter().zip(out.iter_mut()) {
             if o.is_none() {
-                *o = Some(stored(txn, self.txn(txn)?)?);
+                *o = Some(stored(txn, self.settled_txn(txn)?)?);
             }
         }
         Ok(out.into_iter().flatten().collect())
@@ -975,22 +1083,31 @@ impl Store {
         end_pos: WalPos,
         durability: Durability,
     ) -> Result<ApplyOutcome> {
-        let mut g = self.lock();
+        let mut g = self.cache_lock();
         // The batch's transactions, moved out of the cache (see `txn_entry`). They go back
         // whether the batch commits or not: an undecided transaction's state lives only
         // here (its intents are rebuilt from the received logs at start, not stored), so a
         // failed batch must not drop it. What a failed batch added to them is re-applied
         // after a restart anyway (adding an intent twice is a no-op).
         let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
-        let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos, durability);
-        for (txn, st) in txns {
-            if !resolved(&st) {
-                g.insert(txn, st);
+        let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos);
+        let committing = matches!(&r, Ok(p) if p.batch.is_some());
+        // The next batch is prepared while this one commits (see `commit_order`).
+        let (order, settled) = self.hand_over(g, txns, committing);
+        let r = r.and_then(|p| {
+            if let Some(batch) = p.batch {
+                self.commit(batch, durability)?;
+                self.note_tablet(tablet);
+                self.apply_open_ops(p.opens);
             }
-        }
+            Ok(p.out)
+        });
+        self.settle(settled);
+        drop(order);
         r
     }
 
+    /// Prepares `tablet`'s batch under the write lock (`g`, the cache); the caller commits.
     fn apply_locked(
         &self,
         g: &mut HashMap<TxnId, TxnState>,
@@ -998,8 +1115,7 @@ impl Store {
         tablet: &TabletId,
         records: &[(WalPos, Record)],
         end_pos: WalPos,
-        durability: Durability,
-    ) -> Result<ApplyOutcome> {
+    ) -> Result<Prepared> {
         let mut meta = self.tablet(tablet)?.unwrap_or_default();
         let start = meta.applied_pos;
         // A tablet that never applied anything may start wherever its received log starts.
@@ -1219,7 +1335,11 @@ impl Store {
                 // Nothing new: a pure replay.
                 out.applied_pos = start;
                 out.safe_time = meta.safe_time;
-                return Ok(out);
+                return Ok(Prepared {
+                    batch: None,
+                    opens: Vec::new(),
+                    out,
+                });
             }
         }
 
@@ -1244,12 +1364,13 @@ impl Store {
             Self::tablet_key(tablet),
             encode_tablet_meta(&meta)?,
         );
-        self.commit(batch, durability)?;
-        self.note_tablet(tablet);
-        self.apply_open_ops(pending_opens);
         out.applied_pos = meta.applied_pos;
         out.safe_time = meta.safe_time;
-        Ok(out)
+        Ok(Prepared {
+            batch: Some(batch),
+            opens: pending_opens,
+            out,
+        })
     }
 
     /// Applies `tablet`'s part of the committed `txn`: its intents' `ops` (in log order)
@@ -1292,7 +1413,7 @@ impl Store {
         parts: &[Part],
         durability: Durability,
     ) -> Result<usize> {
-        let mut g = self.lock();
+        let mut g = self.cache_lock();
         let mut batch = self.db.batch();
         let mut updated: Vec<(TxnId, TxnState)> = Vec::with_capacity(parts.len());
         let mut applied = 0;
@@ -1302,7 +1423,7 @@ impl Store {
             // Moved out of the cache (see `txn_entry`), put back after the commit.
             let mut st = match g.remove(&p.txn) {
                 Some(st) => st,
-                None => match self.txn(&p.txn) {
+                None => match self.settled_txn(&p.txn) {
                     Ok(Some(st)) => st,
                     Ok(None) => {
                         failed = Some(Error::Invalid(format!(
@@ -1345,20 +1466,18 @@ impl Store {
             // which writes the same versions at the same ht (idempotent).
             updated.push((p.txn, st));
         }
-        let r = if let Some(e) = failed {
-            Err(e)
-        } else if applied > 0 {
-            self.commit(batch, durability)
-        } else {
-            Ok(())
+        // Back into the cache even when the batch fails (the only copy of their intents;
+        // the parts marked applied are applied again after a restart, idempotently); the
+        // next batch is prepared while this one commits (see `commit_order`).
+        let committing = failed.is_none() && applied > 0;
+        let (order, settled) = self.hand_over(g, updated, committing);
+        let r = match failed {
+            Some(e) => Err(e),
+            None if committing => self.commit(batch, durability),
+            None => Ok(()),
         };
-        // Back into the cache even when the commit failed (the only copy of their intents;
-        // the parts marked applied are applied again after a restart, idempotently).
-        for (txn, st) in updated {
-            if !resolved(&st) {
-                g.insert(txn, st);
-            }
-        }
+        self.settle(settled);
+        drop(order);
         r.map(|()| applied)
     }
 
@@ -1600,7 +1719,7 @@ impl Store {
         if !cache.contains_key(txn) {
             let st = match unresolved.remove(txn) {
                 Some(st) => st,
-                None => self.txn(txn)?.unwrap_or_default(),
+                None => self.settled_txn(txn)?.unwrap_or_default(),
             };
             cache.insert(*txn, st);
         }
