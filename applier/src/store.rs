@@ -267,6 +267,12 @@ pub struct Rebuilt {
 /// transaction spanning chunks is classified twice, harmlessly).
 const REBUILD_CHUNK: usize = 65_536;
 
+thread_local! {
+    /// An apply worker's map of the transactions its batch touches, reused batch to batch.
+    static BATCH_TXNS: std::cell::RefCell<HashMap<TxnId, TxnState>> =
+        std::cell::RefCell::new(HashMap::new());
+}
+
 /// An apply batch prepared under the write lock, to be committed under the commit order.
 struct Prepared {
     /// `None`: nothing to write (a pure replay).
@@ -1089,11 +1095,14 @@ impl Store {
         // here (its intents are rebuilt from the received logs at start, not stored), so a
         // failed batch must not drop it. What a failed batch added to them is re-applied
         // after a restart anyway (adding an intent twice is a no-op).
-        let mut txns: HashMap<TxnId, TxnState> = HashMap::new();
+        // (Kept per thread with its capacity: a fresh table per batch of thousands of
+        // transactions was allocated, page-faulted in and freed every time.)
+        let mut txns = BATCH_TXNS.with(|t| std::mem::take(&mut *t.borrow_mut()));
         let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos);
         let committing = matches!(&r, Ok(p) if p.batch.is_some());
         // The next batch is prepared while this one commits (see `commit_order`).
-        let (order, settled) = self.hand_over(g, txns, committing);
+        let (order, settled) = self.hand_over(g, txns.drain(), committing);
+        BATCH_TXNS.with(|t| *t.borrow_mut() = txns);
         let r = r.and_then(|p| {
             if let Some(batch) = p.batch {
                 self.commit(batch, durability)?;

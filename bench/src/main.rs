@@ -64,6 +64,7 @@ fn main() -> anyhow::Result<()> {
     if let Err(e) = tidelog::memory::disable_transparent_huge_pages() {
         eprintln!("warning: cannot turn transparent huge pages off: {e}");
     }
+    tidelog::memory::keep_freed_memory();
     match cli.cmd {
         Cmd::Wal(args) => wal_bench::run(&args),
         Cmd::Load(args) => load_cmd::run(args),

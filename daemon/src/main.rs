@@ -174,6 +174,7 @@ fn main() -> ExitCode {
     if let Err(e) = tidelog::memory::disable_transparent_huge_pages() {
         tracing::warn!("cannot turn transparent huge pages off for this process: {e}");
     }
+    tidelog::memory::keep_freed_memory();
     // Failure injection for tests (DESIGN §10): only builds with the `fail` crate's
     // `failpoints` feature act on it; elsewhere the fail points compile to nothing.
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());

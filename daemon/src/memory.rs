@@ -18,6 +18,38 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     Ok(())
 }
 
+// mimalloc (the global allocator of `tidelog` and `tidelog-bench`) — its option interface,
+// by its C enum; linked in through the `mimalloc` crate, also where it is not the allocator.
+use mimalloc as _;
+
+extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
+}
+
+/// `mi_option_purge_delay` in mimalloc 3's `mi_option_e` (the 16th option): how long freed
+/// memory stays before it goes back to the kernel (ms; −1: never; default 1000).
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// Keeps memory the process freed for its own next allocations instead of returning it to
+/// the kernel after a second unused (mimalloc's purge). The applier's allocations churn at the write
+/// rate — memtables filled and flushed, per-batch record and transaction state — so purged
+/// memory came straight back as fresh pages, each faulted in and zeroed again: on this
+/// project's VM (whose freed memory the host reclaims) a third of the applier's samples at
+/// the maximum rate were in that zeroing (`BENCHMARKS.md`). The cost is that the resident
+/// size stays at its peak.
+pub fn keep_freed_memory() {
+    // SAFETY: plain integer arguments; mimalloc's option table is process-global and
+    // read atomically.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+}
+
+/// mimalloc's purge delay as it is now (see [`keep_freed_memory`]).
+pub fn purge_delay() -> std::ffi::c_long {
+    // SAFETY: as above.
+    unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -26,5 +58,16 @@ mod tests {
         // SAFETY: PR_GET_THP_DISABLE takes no arguments.
         let r = unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) };
         assert_eq!(r, 1);
+    }
+
+    #[test]
+    fn freed_memory_is_kept() {
+        // The option at this index has the purge delay's documented default (tests run
+        // without MIMALLOC_PURGE_DELAY in the environment), then the value set.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(super::purge_delay(), 1000, "not mimalloc's purge delay");
+        }
+        super::keep_freed_memory();
+        assert_eq!(super::purge_delay(), -1);
     }
 }
