@@ -2258,6 +2258,10 @@ mod tests {
         )
     }
 
+    fn abort(ht: u64, txn: TxnId, trx_id: Option<TrxId>) -> Record {
+        Record::new(HybridTime(ht), Body::Abort { txn, trx_id })
+    }
+
     fn intent(ht: u64, txn: TxnId, trx_id: Option<TrxId>, ops: Vec<Op>) -> Record {
         Record::new(HybridTime(ht), Body::Intent { txn, trx_id, ops })
     }
@@ -2589,14 +2593,7 @@ mod tests {
         let id = TrxId::new(9, 1);
         let (ra, enda) = place(0, vec![intent(5, x, Some(id), vec![])]);
         s.apply(&a, &ra, enda, Durability::Sync).unwrap();
-        let abort = Record::new(
-            HybridTime(10),
-            Body::Abort {
-                txn: x,
-                trx_id: Some(id),
-            },
-        );
-        let (rs, ends) = place(0, vec![abort]);
+        let (rs, ends) = place(0, vec![abort(10, x, Some(id))]);
         s.apply(&st, &rs, ends, Durability::Sync).unwrap();
         // The late intent on b, at ht 15: the record is written again with it.
         let (rb, endb) = place(0, vec![intent(15, x, Some(id), vec![])]);
@@ -2630,14 +2627,7 @@ mod tests {
         let intent = |ht, txn| intent(ht, txn, Some(id), vec![]);
         let (ra, _) = place(0, vec![intent(5, first), intent(12, retry)]);
         s.apply(&a, &ra[..1], ra[1].0, Durability::Sync).unwrap();
-        let abort = Record::new(
-            HybridTime(11),
-            Body::Abort {
-                txn: first,
-                trx_id: Some(id),
-            },
-        );
-        let (rs, ends) = place(0, vec![abort]);
+        let (rs, ends) = place(0, vec![abort(11, first, Some(id))]);
         s.apply(&st, &rs, ends, Durability::Sync).unwrap();
         let o = s.bl.trx_open(id).unwrap().unwrap();
         assert_eq!((o.kind, o.txn), (OpenKind::Aborted, first));
