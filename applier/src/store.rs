@@ -248,6 +248,9 @@ pub struct Store {
     prune_floor: std::sync::atomic::AtomicU64,
     /// What opening rebuilt from the received logs.
     rebuilt: Rebuilt,
+    /// Each tablet's received-log release when the store was opened (see
+    /// `note_released_parts`).
+    released_at_open: BTreeMap<TabletId, WalPos>,
 }
 
 /// What [`Store::open`] found in the retained received logs (`Store::rebuild_unresolved`).
@@ -393,6 +396,7 @@ impl Store {
             opens: Mutex::new(HashMap::new()),
             prune_floor: std::sync::atomic::AtomicU64::new(0),
             rebuilt: Rebuilt::default(),
+            released_at_open: BTreeMap::new(),
         };
         let ids = store.scan_tablets()?.into_keys().collect();
         *store
@@ -406,7 +410,9 @@ impl Store {
             store.read_binlog_horizon()?.0,
             std::sync::atomic::Ordering::Release,
         );
-        store.rebuilt = store.rebuild_unresolved(&data_dir.join("received"))?;
+        let received = data_dir.join("received");
+        store.released_at_open = store.read_releases(&received)?;
+        store.rebuilt = store.rebuild_unresolved(&received)?;
         if store.rebuilt.undecided + store.rebuilt.pending > 0 {
             tracing::info!(
                 undecided = store.rebuilt.undecided,
@@ -1053,9 +1059,12 @@ impl Store {
     pub fn txn(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         match self.txns.get(txn.0).map_err(Error::store("read txns"))? {
             None => Ok(None),
-            Some(v) => decode_txn(&v)
-                .map(Some)
-                .map_err(|r| Error::corrupt(TXNS, format!("txn {txn}"), r)),
+            Some(v) => {
+                let mut st =
+                    decode_txn(&v).map_err(|r| Error::corrupt(TXNS, format!("txn {txn}"), r))?;
+                self.note_released_parts(&mut st);
+                Ok(Some(st))
+            }
         }
     }
 
@@ -1564,8 +1573,10 @@ impl Store {
                 tablet: t.clone(),
                 source,
             };
-            let release = tidelog_wal::retention::read_acked(&dir)
-                .map_err(wal)?
+            let release = self
+                .released_at_open
+                .get(&t)
+                .copied()
                 .unwrap_or(WalPos::ZERO);
             let mut r = Reader::open(received, &t, ReadLimit::Durable).map_err(wal)?;
             let start = release.max(r.oldest());
@@ -1598,6 +1609,45 @@ impl Store {
         out.restored = ops.len();
         self.apply_open_ops(ops);
         Ok(out)
+    }
+
+    /// Every known tablet's received-log release (its `acked` file under `received`).
+    fn read_releases(&self, received: &Path) -> Result<BTreeMap<TabletId, WalPos>> {
+        let mut out = BTreeMap::new();
+        for t in self.tablets()?.into_keys() {
+            let dir = received.join(t.as_str());
+            if !dir.is_dir() {
+                continue;
+            }
+            let r = tidelog_wal::retention::read_acked(&dir).map_err(|source| Error::Wal {
+                tablet: t.clone(),
+                source,
+            })?;
+            out.insert(t, r.unwrap_or(WalPos::ZERO));
+        }
+        Ok(out)
+    }
+
+    /// Marks the parts of a committed transaction's stored state that were applied before
+    /// this process started, as far as the received logs tell: a release passes an intent
+    /// only once its transaction's part on that tablet was applied and persisted, so a
+    /// participant with an intent below its release at open has its part applied — and
+    /// reading those intents again could fail, the log below the release being deleted.
+    /// (Applied parts are otherwise tracked in memory only.)
+    fn note_released_parts(&self, st: &mut TxnState) {
+        if st.commit.is_none() || st.aborted {
+            return;
+        }
+        for (t, list) in &st.intents {
+            let released = self
+                .released_at_open
+                .get(t)
+                .copied()
+                .unwrap_or(WalPos::ZERO);
+            if list.first().is_some_and(|i| i.pos < released) {
+                st.applied_parts.insert(t.clone());
+            }
+        }
     }
 
     fn rebuild_chunk(

@@ -379,3 +379,70 @@ fn a_late_intent_of_a_pending_transaction_is_rebuilt_from_the_received_log() {
     );
     target.stop();
 }
+
+/// A committed transaction with its part applied on one participant and not yet on another:
+/// the first tablet's received log may be released (and deleted) past its intents. After a
+/// restart the transaction is still pending; its part there must count as applied (it was,
+/// and persisted, before the release), not be read again from a log that is gone.
+#[test]
+fn a_part_applied_before_a_restart_is_not_read_again_from_a_released_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let (mut wa, mut wb) = (writer(&received, "a"), writer(&received, "b"));
+    let x = TxnId::from_u128(9);
+    let target = Target::start(dir.path(), &["a", "b"]);
+    append(&mut wb, vec![intent(10, 9, "kb", "vb")]);
+    append(
+        &mut wa,
+        vec![
+            intent(11, 9, "ka", "va"),
+            rec(
+                30,
+                Body::Commit {
+                    txn: x,
+                    participants: vec![t("a"), t("b")],
+                    trx_id: None,
+                    gtid: None,
+                },
+            ),
+        ],
+    );
+    // a moves on (its part of x is applied once its safe time passes 30); b stays behind.
+    let value = "x".repeat(500);
+    for i in 0..100u64 {
+        append(&mut wa, vec![write(40 + i, &format!("k{i}"), &value)]);
+    }
+    target.wait_applied("a", wa.durable_pos());
+    target.wait_applied("b", wb.durable_pos());
+    let mut rel = Releaser::new(target.store.clone(), &received);
+    rel.round().unwrap();
+    assert_eq!(
+        released(&received, "a"),
+        wa.durable_pos(),
+        "a's part not applied"
+    );
+    // Rotations delete a's segments up to the release, x's intent among them.
+    for i in 0..40u64 {
+        append(&mut wa, vec![write(200 + i, &format!("m{i}"), &value)]);
+    }
+    let first = tidelog_wal::reader::list_segments(&received.join("a")).unwrap()[0].0;
+    assert!(first > WalPos::ZERO, "nothing deleted: {first}");
+    target.wait_applied("a", wa.durable_pos());
+    drop(rel);
+    target.stop();
+
+    let target = Target::start(dir.path(), &["a", "b"]);
+    append(&mut wb, vec![rec(300, Body::Heartbeat)]);
+    append(&mut wa, vec![rec(300, Body::Heartbeat)]);
+    assert!(
+        target
+            .consistency
+            .wait_for(HybridTime(30), std::time::Instant::now() + DEADLINE),
+        "x never applied: {:?}",
+        target.workers.iter().map(|w| w.error()).collect::<Vec<_>>()
+    );
+    let get = |k: &[u8]| target.store.get(k, None).unwrap().map(|v| v.value);
+    assert_eq!(get(b"ka"), Some(Some(b"va".to_vec())));
+    assert_eq!(get(b"kb"), Some(Some(b"vb".to_vec())));
+    target.stop();
+}
