@@ -67,6 +67,19 @@ fn write(ht: u64, key: &str, v: &str) -> Record {
     )
 }
 
+/// `txn`'s commit with `participants`, no trx id or gtid.
+fn commit(ht: u64, txn: TxnId, participants: &[&str]) -> Record {
+    rec(
+        ht,
+        Body::Commit {
+            txn,
+            participants: participants.iter().map(|p| t(p)).collect(),
+            trx_id: None,
+            gtid: None,
+        },
+    )
+}
+
 /// The applier side: store, safe-time machinery and one apply worker per tablet.
 struct Target {
     store: Arc<Store>,
@@ -332,18 +345,7 @@ fn a_late_intent_of_a_pending_transaction_is_rebuilt_from_the_received_log() {
     let target = Target::start(dir.path(), &["a", "b", "s"]);
     append(&mut wa, vec![intent(10, 7, "ka", "va")]);
     target.wait_applied("a", wa.durable_pos());
-    append(
-        &mut ws,
-        vec![rec(
-            30,
-            Body::Commit {
-                txn: x,
-                participants: vec![t("a"), t("b")],
-                trx_id: None,
-                gtid: None,
-            },
-        )],
-    );
+    append(&mut ws, vec![commit(30, x, &["a", "b"])]);
     target.wait_applied("s", ws.durable_pos());
     // b's intent (ht 20 < commit_ht 30) is applied only now, after the commit.
     append(&mut wb, vec![intent(20, 7, "kb", "vb")]);
@@ -394,18 +396,7 @@ fn a_part_applied_before_a_restart_is_not_read_again_from_a_released_log() {
     append(&mut wb, vec![intent(10, 9, "kb", "vb")]);
     append(
         &mut wa,
-        vec![
-            intent(11, 9, "ka", "va"),
-            rec(
-                30,
-                Body::Commit {
-                    txn: x,
-                    participants: vec![t("a"), t("b")],
-                    trx_id: None,
-                    gtid: None,
-                },
-            ),
-        ],
+        vec![intent(11, 9, "ka", "va"), commit(30, x, &["a", "b"])],
     );
     // a moves on (its part of x is applied once its safe time passes 30); b stays behind.
     let value = "x".repeat(500);
