@@ -100,11 +100,67 @@ impl CompactionFilter for HistoryFilter {
     }
 }
 
+/// Drops `pending` entries (`BE commit_ht ‖ txn`) at or below the global safe time: those
+/// transactions were applied everywhere and persisted before it was raised (see the store's
+/// `pending_floor`).
+pub(crate) struct PendingFactory {
+    pub floor: Arc<AtomicU64>,
+}
+
+impl Factory for PendingFactory {
+    fn name(&self) -> &str {
+        "tidelog-pending-applied"
+    }
+
+    fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
+        Box::new(PendingFilter {
+            floor: self.floor.load(Ordering::Acquire),
+        })
+    }
+}
+
+pub(crate) struct PendingFilter {
+    floor: u64,
+}
+
+impl PendingFilter {
+    fn verdict(&self, key: &[u8]) -> Verdict {
+        match key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+            Some(b) if key.len() == 24 && u64::from_be_bytes(b) <= self.floor => Verdict::Remove,
+            _ => Verdict::Keep,
+        }
+    }
+}
+
+impl CompactionFilter for PendingFilter {
+    fn filter_item(
+        &mut self,
+        item: ItemAccessor<'_>,
+        _ctx: &Context,
+    ) -> fjall::compaction::filter::CompactionFilterResult {
+        Ok(self.verdict(item.key()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use tidelog_wal::HybridTime;
+
+    #[test]
+    fn pending_entries_at_or_below_the_floor_go() {
+        let f = PendingFilter { floor: 20 };
+        let k = |ht: u64| {
+            let mut k = ht.to_be_bytes().to_vec();
+            k.extend_from_slice(&[7; 16]);
+            k
+        };
+        let keep = |v: Verdict| matches!(v, Verdict::Keep);
+        assert!(!keep(f.verdict(&k(19))) && !keep(f.verdict(&k(20))));
+        assert!(keep(f.verdict(&k(21))));
+        assert!(keep(f.verdict(b"short")), "a key of another shape is kept");
+    }
 
     #[test]
     fn keeps_the_newest_version_at_or_below_the_horizon_per_key() {

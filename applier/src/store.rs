@@ -244,6 +244,13 @@ pub struct Store {
     /// belong to. Aborted entries stay
     /// in the `trx_open` keyspace (binlog retention expires them).
     opens: Mutex<HashMap<TrxId, TrxOpen>>,
+    /// The global safe time as last raised (`raise_global_safe_time`; shared with the
+    /// `pending` compaction filter). Every transaction committed at or below it was applied
+    /// everywhere and persisted before it was raised, so its `pending` entry is stale:
+    /// entries are not deleted one by one when the last part is applied (that delete was a
+    /// sixth of the serial commit stage's work, `BENCHMARKS.md`), but skipped by readers
+    /// and dropped by compaction.
+    pending_floor: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// See [`Store::set_prune_floor`] (0 until set: nothing pruned).
     prune_floor: std::sync::atomic::AtomicU64,
     /// What opening rebuilt from the received logs.
@@ -338,14 +345,22 @@ impl Store {
         // `mvcc` drops versions older than the retention horizon that no read can see.
         let horizon = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let h2 = horizon.clone();
+        // `pending` drops entries at or below the global safe time (see `pending_floor`).
+        let pending_floor = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let p2 = pending_floor.clone();
         let db = Database::builder(&path)
             .cache_size(cache_size)
             .with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
-                (name == MVCC).then(|| {
-                    std::sync::Arc::new(crate::history::HistoryFactory {
+                type F = std::sync::Arc<dyn fjall::compaction::filter::Factory>;
+                match name {
+                    MVCC => Some(std::sync::Arc::new(crate::history::HistoryFactory {
                         horizon: h2.clone(),
-                    }) as std::sync::Arc<dyn fjall::compaction::filter::Factory>
-                })
+                    }) as F),
+                    PENDING => Some(std::sync::Arc::new(crate::history::PendingFactory {
+                        floor: p2.clone(),
+                    }) as F),
+                    _ => None,
+                }
             }))
             .open()
             .map_err(Error::store("open database"))?;
@@ -395,6 +410,7 @@ impl Store {
             tablet_ids: Mutex::new(Default::default()),
             opens: Mutex::new(HashMap::new()),
             prune_floor: std::sync::atomic::AtomicU64::new(0),
+            pending_floor,
             rebuilt: Rebuilt::default(),
             released_at_open: BTreeMap::new(),
         };
@@ -410,6 +426,11 @@ impl Store {
             store.read_binlog_horizon()?.0,
             std::sync::atomic::Ordering::Release,
         );
+        if let Some(g) = store.global_safe_time()? {
+            store
+                .pending_floor
+                .store(g.0, std::sync::atomic::Ordering::Release);
+        }
         let received = data_dir.join("received");
         store.released_at_open = store.read_releases(&received)?;
         store.rebuilt = store.rebuild_unresolved(&received)?;
@@ -749,6 +770,8 @@ impl Store {
         let mut b = self.db.batch();
         b.insert(&self.meta, GLOBAL_SAFE_TIME, ht.0.to_le_bytes().to_vec());
         self.commit(b, durability)?;
+        self.pending_floor
+            .fetch_max(ht.0, std::sync::atomic::Ordering::Release);
         Ok(ht)
     }
 
@@ -1472,16 +1495,11 @@ impl Store {
                 batch.insert(&self.mvcc, key_buf.clone(), encode_value(v.as_deref()));
             }
             st.applied_parts.insert(tablet.clone());
-            let done = st
-                .commit
-                .as_ref()
-                .is_some_and(|c| c.participants.iter().all(|x| st.applied_parts.contains(x)));
-            if done {
-                batch.remove(&self.pending, pending_key(p.commit_ht, &p.txn));
-            }
-            // Applied parts are tracked in memory only: `txns` is not rewritten. After a
-            // crash the parts of every transaction still in `pending` are applied again,
-            // which writes the same versions at the same ht (idempotent).
+            // Applied parts are tracked in memory only: neither `txns` is rewritten nor the
+            // `pending` entry removed once all are (the safe time passing the commit makes
+            // it stale; see `pending_floor`). After a crash the parts of every transaction
+            // still pending are applied again, which writes the same versions at the same
+            // ht (idempotent).
             updated.push((p.txn, st));
         }
         // Back into the cache even when the batch fails (the only copy of their intents;
@@ -1676,10 +1694,14 @@ impl Store {
                         }
                         Some(c) => {
                             let key = pending_key(c.commit_ht, &txn);
-                            if !self
-                                .pending
-                                .contains_key(key)
-                                .map_err(Error::store("read pending"))?
+                            let floor = self
+                                .pending_floor
+                                .load(std::sync::atomic::Ordering::Acquire);
+                            if c.commit_ht.0 <= floor
+                                || !self
+                                    .pending
+                                    .contains_key(key)
+                                    .map_err(Error::store("read pending"))?
                             {
                                 continue;
                             }
@@ -1738,10 +1760,17 @@ impl Store {
         HybridTime(self.prune_floor.load(std::sync::atomic::Ordering::Acquire))
     }
 
-    /// Committed transactions not yet applied on every participant, by commit ht.
+    /// Committed transactions that may not be applied on every participant yet, by commit
+    /// ht: the `pending` entries above the global safe time (see `pending_floor`; some of
+    /// them may be applied everywhere — applying a part again is idempotent).
     pub fn pending_txns(&self) -> Result<Vec<(TxnId, TxnState)>> {
         let mut out = Vec::new();
-        for g in self.pending.iter() {
+        let floor = HybridTime(
+            self.pending_floor
+                .load(std::sync::atomic::Ordering::Acquire),
+        );
+        let from = pending_key(floor.next(), &TxnId([0; 16]));
+        for g in self.pending.range(from..) {
             let (k, _) = g.into_inner().map_err(Error::store("scan pending"))?;
             let id: [u8; 16] = k
                 .get(8..24)
@@ -1754,14 +1783,10 @@ impl Store {
                     )
                 })?;
             let txn = TxnId(id);
-            let st = self.txn(&txn)?.ok_or_else(|| {
-                Error::corrupt(
-                    PENDING,
-                    format!("txn {txn}"),
-                    "listed as pending but has no txns record",
-                )
-            })?;
-            out.push((txn, st));
+            // No record: applied everywhere and expired by binlog retention since.
+            if let Some(st) = self.txn(&txn)? {
+                out.push((txn, st));
+            }
         }
         Ok(out)
     }
