@@ -18,6 +18,9 @@
 //! dropped (it may be kept longer than needed). Dropped versions become tombstones, which
 //! shadow any copy of the same version in a lower level. A key that cannot be decoded is
 //! kept.
+//!
+//! The same factory shape also serves `pending`: [`PendingFilter`] drops the entries at or
+//! below the global safe time (applied everywhere; `applier/STORE.md`, "`pending`").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -26,23 +29,39 @@ use fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor
 
 use crate::keys;
 
-/// Makes one [`HistoryFilter`] per compaction of `mvcc`, with the horizon as it is then.
-pub(crate) struct HistoryFactory {
-    pub horizon: Arc<AtomicU64>,
+/// Makes one key-deciding filter per compaction from a watermark shared with the store, as
+/// it is then: [`HistoryFilter`] for `mvcc` (the history horizon), [`PendingFilter`] for
+/// `pending` (the global safe time).
+pub(crate) struct WatermarkFactory {
+    pub name: &'static str,
+    pub mark: Arc<AtomicU64>,
+    pub make: fn(u64) -> Box<dyn CompactionFilter>,
 }
 
-impl Factory for HistoryFactory {
+impl Factory for WatermarkFactory {
     fn name(&self) -> &str {
-        "tidelog-mvcc-history"
+        self.name
     }
 
     fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
-        // Binlog retention raises `H` to at most safe time + 1, and a consistent read is at
-        // the safe time: keep what a read at `H − 1` sees (a version at exactly `H` may
-        // exist on a tablet ahead of the others and must not hide the one below it).
-        Box::new(HistoryFilter::new(
-            self.horizon.load(Ordering::Acquire).saturating_sub(1),
-        ))
+        (self.make)(self.mark.load(Ordering::Acquire))
+    }
+}
+
+/// A compaction filter that decides by each item's key alone.
+trait ByKey: Send {
+    fn verdict(&mut self, key: &[u8]) -> Verdict;
+}
+
+struct KeyFilter<T>(T);
+
+impl<T: ByKey> CompactionFilter for KeyFilter<T> {
+    fn filter_item(
+        &mut self,
+        item: ItemAccessor<'_>,
+        _ctx: &Context,
+    ) -> fjall::compaction::filter::CompactionFilterResult {
+        Ok(self.0.verdict(item.key()))
     }
 }
 
@@ -90,55 +109,41 @@ impl HistoryFilter {
     }
 }
 
-impl CompactionFilter for HistoryFilter {
-    fn filter_item(
-        &mut self,
-        item: ItemAccessor<'_>,
-        _ctx: &Context,
-    ) -> fjall::compaction::filter::CompactionFilterResult {
-        Ok(self.verdict(item.key()))
+impl HistoryFilter {
+    /// For `mvcc` at horizon `h`: binlog retention raises `H` to at most safe time + 1, and
+    /// a consistent read is at the safe time: keep what a read at `H − 1` sees (a version
+    /// at exactly `H` may exist on a tablet ahead of the others and must not hide the one
+    /// below it).
+    pub(crate) fn for_horizon(h: u64) -> Box<dyn CompactionFilter> {
+        Box::new(KeyFilter(HistoryFilter::new(h.saturating_sub(1))))
+    }
+}
+
+impl ByKey for HistoryFilter {
+    fn verdict(&mut self, key: &[u8]) -> Verdict {
+        HistoryFilter::verdict(self, key)
     }
 }
 
 /// Drops `pending` entries (`BE commit_ht ‖ txn`) at or below the global safe time: those
 /// transactions were applied everywhere and persisted before it was raised (see the store's
 /// `pending_floor`).
-pub(crate) struct PendingFactory {
-    pub floor: Arc<AtomicU64>,
-}
-
-impl Factory for PendingFactory {
-    fn name(&self) -> &str {
-        "tidelog-pending-applied"
-    }
-
-    fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
-        Box::new(PendingFilter {
-            floor: self.floor.load(Ordering::Acquire),
-        })
-    }
-}
-
 pub(crate) struct PendingFilter {
     floor: u64,
 }
 
 impl PendingFilter {
-    fn verdict(&self, key: &[u8]) -> Verdict {
+    pub(crate) fn for_floor(floor: u64) -> Box<dyn CompactionFilter> {
+        Box::new(KeyFilter(PendingFilter { floor }))
+    }
+}
+
+impl ByKey for PendingFilter {
+    fn verdict(&mut self, key: &[u8]) -> Verdict {
         match key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
             Some(b) if key.len() == 24 && u64::from_be_bytes(b) <= self.floor => Verdict::Remove,
             _ => Verdict::Keep,
         }
-    }
-}
-
-impl CompactionFilter for PendingFilter {
-    fn filter_item(
-        &mut self,
-        item: ItemAccessor<'_>,
-        _ctx: &Context,
-    ) -> fjall::compaction::filter::CompactionFilterResult {
-        Ok(self.verdict(item.key()))
     }
 }
 
@@ -150,7 +155,7 @@ mod tests {
 
     #[test]
     fn pending_entries_at_or_below_the_floor_go() {
-        let f = PendingFilter { floor: 20 };
+        let mut f = PendingFilter { floor: 20 };
         let k = |ht: u64| {
             let mut k = ht.to_be_bytes().to_vec();
             k.extend_from_slice(&[7; 16]);

@@ -32,6 +32,7 @@ use tidelog_wal::{
 
 use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
 use crate::error::{Error, Result};
+use crate::history::{HistoryFilter, PendingFilter, WatermarkFactory};
 use crate::keys;
 
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
@@ -353,11 +354,15 @@ impl Store {
             .with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
                 type F = std::sync::Arc<dyn fjall::compaction::filter::Factory>;
                 match name {
-                    MVCC => Some(std::sync::Arc::new(crate::history::HistoryFactory {
-                        horizon: h2.clone(),
+                    MVCC => Some(std::sync::Arc::new(WatermarkFactory {
+                        name: "tidelog-mvcc-history",
+                        mark: h2.clone(),
+                        make: HistoryFilter::for_horizon,
                     }) as F),
-                    PENDING => Some(std::sync::Arc::new(crate::history::PendingFactory {
-                        floor: p2.clone(),
+                    PENDING => Some(std::sync::Arc::new(WatermarkFactory {
+                        name: "tidelog-pending-applied",
+                        mark: p2.clone(),
+                        make: PendingFilter::for_floor,
                     }) as F),
                     _ => None,
                 }
