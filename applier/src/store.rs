@@ -2526,6 +2526,62 @@ mod tests {
         assert_eq!(s.get(b"p", None).unwrap(), None);
     }
 
+    /// A transaction applied everywhere keeps its `pending` entry until the global safe
+    /// time passes its commit; from then on it is not listed (also after a reopen), and a
+    /// compaction drops the entry.
+    #[test]
+    fn pending_entries_go_stale_at_the_safe_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, st) = (t("a"), t("status"));
+        let x = TxnId::from_u128(3);
+        let listed = |s: &Store| -> Vec<TxnId> {
+            s.pending_txns()
+                .unwrap()
+                .into_iter()
+                .map(|(t, _)| t)
+                .collect()
+        };
+        {
+            let s = Store::open(dir.path()).unwrap();
+            let (ra, enda) = place(0, vec![intent(5, x, None, vec![Op::put("k", "v")])]);
+            s.apply(&a, &ra, enda, Durability::Sync).unwrap();
+            let commit = Record::new(
+                HybridTime(8),
+                Body::Commit {
+                    txn: x,
+                    participants: vec![a.clone()],
+                    trx_id: None,
+                    gtid: None,
+                },
+            );
+            let (rs, ends) = place(0, vec![commit]);
+            s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+            let part = Part {
+                txn: x,
+                commit_ht: HybridTime(8),
+                ops: vec![(b"k".to_vec(), Some(b"v".to_vec()))],
+            };
+            assert_eq!(s.apply_parts(&a, &[part], Durability::Sync).unwrap(), 1);
+            assert_eq!(listed(&s), vec![x], "listed before the safe time passed it");
+            s.raise_global_safe_time(HybridTime(7), Durability::Sync)
+                .unwrap();
+            assert_eq!(listed(&s), vec![x]);
+            s.raise_global_safe_time(HybridTime(8), Durability::Sync)
+                .unwrap();
+            assert_eq!(listed(&s), vec![], "listed at the safe time");
+            assert_eq!(s.pending.iter().count(), 1, "the entry is still stored");
+        }
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(listed(&s), vec![], "listed again after a reopen");
+        s.flush().unwrap();
+        s.pending.major_compact().unwrap();
+        assert_eq!(
+            s.pending.iter().count(),
+            0,
+            "compaction kept the stale entry"
+        );
+    }
+
     /// The `mvcc` history filter, through a real compaction: once the retention horizon
     /// passed, versions older than the newest one at or below it are gone; reads at or
     /// after the horizon answer as before.
