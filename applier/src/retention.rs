@@ -41,7 +41,7 @@ use crate::store::Store;
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Tablet `t`'s release as its `acked` file in `dir` says (0: none written yet).
-fn read_release(t: &TabletId, dir: &Path) -> Result<WalPos> {
+pub(crate) fn read_release(t: &TabletId, dir: &Path) -> Result<WalPos> {
     Ok(tidelog_wal::retention::read_acked(dir)
         .map_err(|source| Error::Wal {
             tablet: t.clone(),
@@ -147,8 +147,12 @@ pub struct ReceivedRetention {
 }
 
 impl ReceivedRetention {
-    pub fn start(mut rel: Releaser, every: Duration) -> Result<ReceivedRetention> {
-        let dir = rel.root.clone();
+    pub fn start(
+        store: Arc<Store>,
+        received_dir: &Path,
+        every: Duration,
+    ) -> Result<ReceivedRetention> {
+        let mut rel = Releaser::new(store, received_dir);
         let p = Periodic::start("recv-retention", every, move || {
             let started = std::time::Instant::now();
             match rel.round() {
@@ -159,7 +163,7 @@ impl ReceivedRetention {
         })
         .map_err(|source| Error::Io {
             op: "spawn the received-log retention thread",
-            path: dir,
+            path: received_dir.to_path_buf(),
             source,
         })?;
         Ok(ReceivedRetention { _thread: p })

@@ -293,6 +293,26 @@ struct Prepared {
     out: ApplyOutcome,
 }
 
+/// A batch between [`Store::hand_over`] and the end of its commit.
+struct Committing<'a> {
+    store: &'a Store,
+    /// Resolved by the batch: in `in_flight` until the commit is done.
+    settled: Vec<TxnId>,
+    _order: MutexGuard<'a, ()>,
+}
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        // Before the commit order is let go (fields drop after this body).
+        if !self.settled.is_empty() {
+            let mut fl = self.store.in_flight();
+            for id in &self.settled {
+                fl.remove(id);
+            }
+        }
+    }
+}
+
 /// [`Store::lock`]'s guard: the cache, with the commit order held.
 struct Locked<'a> {
     cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
@@ -437,8 +457,15 @@ impl Store {
                 .store(g.0, std::sync::atomic::Ordering::Release);
         }
         let received = data_dir.join("received");
-        store.released_at_open = store.read_releases(&received)?;
-        store.rebuilt = store.rebuild_unresolved(&received)?;
+        let tablets = store.tablets()?;
+        for t in tablets.keys() {
+            let dir = received.join(t.as_str());
+            if dir.is_dir() {
+                let r = crate::retention::read_release(t, &dir)?;
+                store.released_at_open.insert(t.clone(), r);
+            }
+        }
+        store.rebuilt = store.rebuild_unresolved(&received, tablets)?;
         if store.rebuilt.undecided + store.rebuilt.pending > 0 {
             tracing::info!(
                 undecided = store.rebuilt.undecided,
@@ -511,13 +538,14 @@ impl Store {
     /// Ends the preparation of a batch under `cache` (the write lock): the batch's
     /// transactions go back to the cache (unresolved ones) or to `in_flight` (resolved
     /// ones, until the commit), the commit order is taken, and the write lock is let go.
-    /// Returns the commit-order guard and the ids to take out of `in_flight` afterwards.
+    /// The caller commits while holding the returned guard; dropping it takes the resolved
+    /// ones out of `in_flight` and lets the next batch commit.
     fn hand_over<'a>(
         &'a self,
         mut cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
         txns: impl IntoIterator<Item = (TxnId, TxnState)>,
         committing: bool,
-    ) -> (MutexGuard<'a, ()>, Vec<TxnId>) {
+    ) -> Committing<'a> {
         let order = self.order_lock();
         let mut settled = Vec::new();
         {
@@ -532,15 +560,10 @@ impl Store {
             }
         }
         drop(cache);
-        (order, settled)
-    }
-
-    fn settle(&self, ids: Vec<TxnId>) {
-        if !ids.is_empty() {
-            let mut fl = self.in_flight();
-            for id in ids {
-                fl.remove(&id);
-            }
+        Committing {
+            store: self,
+            settled,
+            _order: order,
         }
     }
 
@@ -1021,24 +1044,16 @@ impl Store {
         txns: &[TxnId],
     ) -> Result<Vec<Option<Vec<IntentRef>>>> {
         let on = |st: &TxnState| st.intents.get(tablet).cloned().unwrap_or_default();
-        self.cached_or_stored(txns, |st| Some(on(st)), |_, st| Ok(st.as_ref().map(on)))
-    }
-
-    /// For each of `txns`, `cached` of its state in the cache of unresolved transactions
-    /// (all under one lock), else `stored` of its `txns` record (read outside the lock).
-    fn cached_or_stored<T>(
-        &self,
-        txns: &[TxnId],
-        cached: impl Fn(&TxnState) -> T,
-        mut stored: impl FnMut(&TxnId, Option<TxnState>) -> Result<T>,
-    ) -> Result<Vec<T>> {
-        let mut out: Vec<Option<T>> = {
+        let mut out: Vec<Option<Option<Vec<IntentRef>>>> = {
             let g = self.cache_lock();
-            txns.iter().map(|t| g.get(t).map(&cached)).collect()
+            txns.iter()
+                .map(|t| g.get(t).map(|st| Some(on(st))))
+                .collect()
         };
+        // Out of the cache (read outside the lock): the stored record.
         for (txn, o) in txns.iter().zip(out.iter_mut()) {
             if o.is_none() {
-                *o = Some(stored(txn, self.settled_txn(txn)?)?);
+                *o = Some(self.settled_txn(txn)?.as_ref().map(on));
             }
         }
         Ok(out.into_iter().flatten().collect())
@@ -1138,19 +1153,16 @@ impl Store {
         let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos);
         let committing = matches!(&r, Ok(p) if p.batch.is_some());
         // The next batch is prepared while this one commits (see `commit_order`).
-        let (order, settled) = self.hand_over(g, txns.drain(), committing);
+        let _committing = self.hand_over(g, txns.drain(), committing);
         BATCH_TXNS.with(|t| *t.borrow_mut() = txns);
-        let r = r.and_then(|p| {
+        r.and_then(|p| {
             if let Some(batch) = p.batch {
                 self.commit(batch, durability)?;
                 self.note_tablet(tablet);
                 self.apply_open_ops(p.opens);
             }
             Ok(p.out)
-        });
-        self.settle(settled);
-        drop(order);
-        r
+        })
     }
 
     /// Prepares `tablet`'s batch under the write lock (`g`, the cache); the caller commits.
@@ -1169,17 +1181,6 @@ impl Store {
         let mut expected = (!fresh).then_some(start);
         let mut out = ApplyOutcome::default();
         let mut batch = self.db.batch();
-        // Sized for the batch's transaction records at most (one rehash-free allocation).
-        let txn_records = records
-            .iter()
-            .filter(|(_, r)| {
-                matches!(
-                    r.body,
-                    Body::Intent { .. } | Body::Commit { .. } | Body::Abort { .. }
-                )
-            })
-            .count();
-        txns.reserve(txn_records);
         let mut opens = OpenEdits::default();
         let mut pending_opens: Vec<OpenOp> = Vec::new();
         let mut key_buf = Vec::new();
@@ -1395,10 +1396,10 @@ impl Store {
         // undecided transaction — or a committed one receiving intents — is not written:
         // its intents are in the received logs, and `rebuild_unresolved` finds them there
         // after a restart (3 → 1 LSM puts per transaction).
-        let decided: std::collections::HashSet<TxnId> =
-            out.new_commits.iter().map(|(t, _)| *t).collect();
-        for (txn, st) in txns.iter() {
-            if st.aborted || decided.contains(txn) {
+        let committed = out.new_commits.iter().map(|(t, _)| t);
+        let aborted = txns.iter().filter(|(_, st)| st.aborted).map(|(t, _)| t);
+        for txn in committed.chain(aborted) {
+            if let Some(st) = txns.get(txn) {
                 batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
             }
         }
@@ -1511,15 +1512,12 @@ impl Store {
         // the parts marked applied are applied again after a restart, idempotently); the
         // next batch is prepared while this one commits (see `commit_order`).
         let committing = failed.is_none() && applied > 0;
-        let (order, settled) = self.hand_over(g, updated, committing);
-        let r = match failed {
+        let _committing = self.hand_over(g, updated, committing);
+        match failed {
             Some(e) => Err(e),
-            None if committing => self.commit(batch, durability),
-            None => Ok(()),
-        };
-        self.settle(settled);
-        drop(order);
-        r.map(|()| applied)
+            None if committing => self.commit(batch, durability).map(|()| applied),
+            None => Ok(applied),
+        }
     }
 
     // ---- received-log retention -------------------------------------------------------
@@ -1584,23 +1582,25 @@ impl Store {
     ///   pending `trx_open` entry when it carries a trx id;
     /// * committed and still in `pending` → cached with its record, intents added;
     /// * aborted, or committed and applied everywhere → resolved, skipped.
-    fn rebuild_unresolved(&self, received: &Path) -> Result<Rebuilt> {
+    fn rebuild_unresolved(
+        &self,
+        received: &Path,
+        tablets: BTreeMap<TabletId, TabletMeta>,
+    ) -> Result<Rebuilt> {
         let mut out = Rebuilt::default();
         let mut ops = Vec::new();
-        for (t, m) in self.tablets()? {
-            let dir = received.join(t.as_str());
-            if m.applied_pos == WalPos::ZERO || !dir.is_dir() {
+        for (t, m) in tablets {
+            // No directory: nothing received (and no release).
+            let Some(&release) = self.released_at_open.get(&t) else {
+                continue;
+            };
+            if m.applied_pos == WalPos::ZERO {
                 continue;
             }
             let wal = |source| Error::Wal {
                 tablet: t.clone(),
                 source,
             };
-            let release = self
-                .released_at_open
-                .get(&t)
-                .copied()
-                .unwrap_or(WalPos::ZERO);
             let mut r = Reader::open(received, &t, ReadLimit::Durable).map_err(wal)?;
             let start = release.max(r.oldest());
             if start >= m.applied_pos {
@@ -1631,23 +1631,6 @@ impl Store {
         }
         out.restored = ops.len();
         self.apply_open_ops(ops);
-        Ok(out)
-    }
-
-    /// Every known tablet's received-log release (its `acked` file under `received`).
-    fn read_releases(&self, received: &Path) -> Result<BTreeMap<TabletId, WalPos>> {
-        let mut out = BTreeMap::new();
-        for t in self.tablets()?.into_keys() {
-            let dir = received.join(t.as_str());
-            if !dir.is_dir() {
-                continue;
-            }
-            let r = tidelog_wal::retention::read_acked(&dir).map_err(|source| Error::Wal {
-                tablet: t.clone(),
-                source,
-            })?;
-            out.insert(t, r.unwrap_or(WalPos::ZERO));
-        }
         Ok(out)
     }
 
@@ -1698,14 +1681,11 @@ impl Store {
                             TxnState { open: None, ..st }
                         }
                         Some(c) => {
-                            let key = pending_key(c.commit_ht, &txn);
-                            let floor = self
-                                .pending_floor
-                                .load(std::sync::atomic::Ordering::Acquire);
-                            if c.commit_ht.0 <= floor
+                            // Listed, and above the safe time (see `pending_floor`).
+                            if c.commit_ht <= self.pending_floor()
                                 || !self
                                     .pending
-                                    .contains_key(key)
+                                    .contains_key(pending_key(c.commit_ht, &txn))
                                     .map_err(Error::store("read pending"))?
                             {
                                 continue;
@@ -1765,16 +1745,20 @@ impl Store {
         HybridTime(self.prune_floor.load(std::sync::atomic::Ordering::Acquire))
     }
 
+    /// See the `pending_floor` field.
+    fn pending_floor(&self) -> HybridTime {
+        HybridTime(
+            self.pending_floor
+                .load(std::sync::atomic::Ordering::Acquire),
+        )
+    }
+
     /// Committed transactions that may not be applied on every participant yet, by commit
     /// ht: the `pending` entries above the global safe time (see `pending_floor`; some of
     /// them may be applied everywhere — applying a part again is idempotent).
     pub fn pending_txns(&self) -> Result<Vec<(TxnId, TxnState)>> {
         let mut out = Vec::new();
-        let floor = HybridTime(
-            self.pending_floor
-                .load(std::sync::atomic::Ordering::Acquire),
-        );
-        let from = pending_key(floor.next(), &TxnId([0; 16]));
+        let from = pending_key(self.pending_floor().next(), &TxnId([0; 16]));
         for g in self.pending.range(from..) {
             let (k, _) = g.into_inner().map_err(Error::store("scan pending"))?;
             let id: [u8; 16] = k

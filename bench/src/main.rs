@@ -61,10 +61,9 @@ enum Cmd {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     // As the daemons do (and inherited by the ones it starts): see `tidelog::memory`.
-    if let Err(e) = tidelog::memory::disable_transparent_huge_pages() {
+    if let Err(e) = tidelog::memory::set_up() {
         eprintln!("warning: cannot turn transparent huge pages off: {e}");
     }
-    tidelog::memory::keep_freed_memory();
     match cli.cmd {
         Cmd::Wal(args) => wal_bench::run(&args),
         Cmd::Load(args) => load_cmd::run(args),

@@ -20,7 +20,7 @@ use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
-use tidelog_applier::retention::{ReceivedRetention, Releaser, RETENTION_INTERVAL};
+use tidelog_applier::retention::{ReceivedRetention, RETENTION_INTERVAL};
 use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
 use tidelog_applier::tls::TlsMaterial;
@@ -190,7 +190,6 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
             .await
             .context("opening the store")??,
     );
-    let releaser = Releaser::new(store.clone(), &cfg.data_dir.join("received"));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
     // a cutover interrupted by a crash is finished first.
     let s1 = store.clone();
@@ -262,7 +261,11 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
     }
     let _retention = Retention::start(store.clone(), consistency.clone(), cfg.binlog_retention)?;
     // Releases what applying will not read again, so the received logs' writers delete it.
-    let _received_retention = ReceivedRetention::start(releaser, RETENTION_INTERVAL)?;
+    let _received_retention = ReceivedRetention::start(
+        store.clone(),
+        &cfg.data_dir.join("received"),
+        RETENTION_INTERVAL,
+    )?;
     warm_lookup_cache(store.clone(), cfg.cache_size, state.lookup_cache.clone());
     let cleanup = state.cleanup.clone();
     let stop = admin::StopSignal::new();

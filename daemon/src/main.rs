@@ -171,10 +171,9 @@ fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::from(2);
     }
-    if let Err(e) = tidelog::memory::disable_transparent_huge_pages() {
+    if let Err(e) = tidelog::memory::set_up() {
         tracing::warn!("cannot turn transparent huge pages off for this process: {e}");
     }
-    tidelog::memory::keep_freed_memory();
     // Failure injection for tests (DESIGN §10): only builds with the `fail` crate's
     // `failpoints` feature act on it; elsewhere the fail points compile to nothing.
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());

@@ -1,5 +1,17 @@
 //! Process-wide memory settings.
 
+// mimalloc (the global allocator of `tidelog` and `tidelog-bench`) — its option interface,
+// by its C enum; linked in through the `mimalloc` crate, also where it is not the allocator.
+use mimalloc as _;
+
+/// Both settings below, as the daemons and the bench start: freed memory kept, then
+/// transparent huge pages off (its error returned for the caller to log; the process goes
+/// on without it).
+pub fn set_up() -> std::io::Result<()> {
+    keep_freed_memory();
+    disable_transparent_huge_pages()
+}
+
 /// Turns transparent huge pages off for this process and the processes it starts
 /// (`prctl(PR_SET_THP_DISABLE)`, inherited across fork and exec).
 ///
@@ -17,10 +29,6 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     }
     Ok(())
 }
-
-// mimalloc (the global allocator of `tidelog` and `tidelog-bench`) — its option interface,
-// by its C enum; linked in through the `mimalloc` crate, also where it is not the allocator.
-use mimalloc as _;
 
 extern "C" {
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
