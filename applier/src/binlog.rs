@@ -509,6 +509,19 @@ impl Binlog {
         Ok((out, false))
     }
 
+    /// The distributed transactions committed above `after`, in commit order: the ones a
+    /// restart may still have to apply somewhere (see `Store::pending_txns`).
+    pub(crate) fn distributed_above(&self, after: HybridTime) -> Result<Vec<TxnId>> {
+        let mut out = Vec::new();
+        for g in self.binlog.range(after.next().0.to_be_bytes().to_vec()..) {
+            let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
+            let e = decode_entry(&k, &v)
+                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            out.extend(e.txn);
+        }
+        Ok(out)
+    }
+
     /// The newest `commit_ht` the binlog holds (visible or not).
     pub fn last_commit_ht(&self) -> Result<Option<HybridTime>> {
         let Some(g) = self.binlog.last_key_value() else {

@@ -18,9 +18,6 @@
 //! dropped (it may be kept longer than needed). Dropped versions become tombstones, which
 //! shadow any copy of the same version in a lower level. A key that cannot be decoded is
 //! kept.
-//!
-//! The same factory shape also serves `pending`: [`PendingFilter`] drops the entries at or
-//! below the global safe time (applied everywhere; `applier/STORE.md`, "`pending`").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,8 +27,7 @@ use fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor
 use crate::keys;
 
 /// Makes one key-deciding filter per compaction from a watermark shared with the store, as
-/// it is then: [`HistoryFilter`] for `mvcc` (the history horizon), [`PendingFilter`] for
-/// `pending` (the global safe time).
+/// it is then: [`HistoryFilter`] for `mvcc` (the history horizon).
 pub(crate) struct WatermarkFactory {
     pub name: &'static str,
     pub mark: Arc<AtomicU64>,
@@ -125,47 +121,11 @@ impl ByKey for HistoryFilter {
     }
 }
 
-/// Drops `pending` entries (`BE commit_ht ‖ txn`) at or below the global safe time: those
-/// transactions were applied everywhere and persisted before it was raised (see the store's
-/// `pending_floor`).
-pub(crate) struct PendingFilter {
-    floor: u64,
-}
-
-impl PendingFilter {
-    pub(crate) fn for_floor(floor: u64) -> Box<dyn CompactionFilter> {
-        Box::new(KeyFilter(PendingFilter { floor }))
-    }
-}
-
-impl ByKey for PendingFilter {
-    fn verdict(&mut self, key: &[u8]) -> Verdict {
-        match key.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
-            Some(b) if key.len() == 24 && u64::from_be_bytes(b) <= self.floor => Verdict::Remove,
-            _ => Verdict::Keep,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use tidelog_wal::HybridTime;
-
-    #[test]
-    fn pending_entries_at_or_below_the_floor_go() {
-        let mut f = PendingFilter { floor: 20 };
-        let k = |ht: u64| {
-            let mut k = ht.to_be_bytes().to_vec();
-            k.extend_from_slice(&[7; 16]);
-            k
-        };
-        let keep = |v: Verdict| matches!(v, Verdict::Keep);
-        assert!(!keep(f.verdict(&k(19))) && !keep(f.verdict(&k(20))));
-        assert!(keep(f.verdict(&k(21))));
-        assert!(keep(f.verdict(b"short")), "a key of another shape is kept");
-    }
 
     #[test]
     fn keeps_the_newest_version_at_or_below_the_horizon_per_key() {

@@ -32,6 +32,7 @@ use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
 
+use crate::frame_queue::FrameQueue;
 use crate::tls::{server_config, TlsMaterial};
 
 /// What the intake needs to run.
@@ -138,7 +139,7 @@ pub struct TabletIntake {
     records: AtomicU64,
     bytes: AtomicU64,
     last_frame_ms: AtomicU64,
-    queue: crossbeam::channel::Sender<WriteReq>,
+    queue: Arc<FrameQueue<WriteReq>>,
     durable: watch::Receiver<Durable>,
     thread: Mutex<Option<JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
@@ -442,7 +443,7 @@ impl Shared {
             .with_context(|| format!("opening the received log of tablet {t}"))?;
         let start = writer.written_pos();
         let start_ht = writer.last_ht().unwrap_or_default();
-        let (tx, rx) = crossbeam::channel::bounded(self.opts.queue_frames.max(1));
+        let queue = Arc::new(FrameQueue::new(self.opts.queue_frames));
         let (dtx, drx) = watch::channel(Durable {
             pos: start,
             safe_time: start_ht,
@@ -458,7 +459,7 @@ impl Shared {
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             last_frame_ms: AtomicU64::new(0),
-            queue: tx,
+            queue: queue.clone(),
             durable: drx,
             thread: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -471,7 +472,7 @@ impl Shared {
         let sync = self.opts.sync;
         let h = std::thread::Builder::new()
             .name(format!("recv-{t}"))
-            .spawn(move || writer_thread(writer, rx, dtx, ti2, shared, sync))
+            .spawn(move || writer_thread(writer, &queue, dtx, ti2, shared, sync))
             .context("spawning a writer thread")?;
         *lock(&ti.thread) = Some(h);
         map.insert(t.clone(), ti.clone());
@@ -529,7 +530,7 @@ impl Shared {
 
 fn writer_thread(
     mut w: Writer,
-    rx: crossbeam::channel::Receiver<WriteReq>,
+    queue: &FrameQueue<WriteReq>,
     out: watch::Sender<Durable>,
     ti: Arc<TabletIntake>,
     shared: Arc<Shared>,
@@ -539,29 +540,18 @@ fn writer_thread(
     let mut group: Vec<WriteReq> = Vec::new();
     'run: loop {
         ti.heartbeat.beat();
-        let first = match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(r) => r,
-            Err(crossbeam::channel::RecvTimeoutError::Timeout) => {
-                if ti.stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                continue;
-            }
-            Err(crossbeam::channel::RecvTimeoutError::Disconnected) => break,
-        };
         group.clear();
-        group.push(first);
-        if sync != SyncPolicy::Always {
-            let mut bytes = group[0].payload.len();
-            while bytes < (64 << 20) {
-                match rx.try_recv() {
-                    Ok(r) => {
-                        bytes += r.payload.len();
-                        group.push(r);
-                    }
-                    Err(_) => break,
-                }
+        // `always`: one frame per sync; otherwise every frame queued meanwhile (up to 64 MiB).
+        let mut bytes = 0usize;
+        let taken = queue.pop_into(Duration::from_millis(50), &mut group, |r| {
+            bytes += r.payload.len();
+            sync != SyncPolicy::Always && bytes < (64 << 20)
+        });
+        if taken == 0 {
+            if ti.stop.load(Ordering::SeqCst) {
+                break;
             }
+            continue;
         }
         let mut error = None;
         // An I/O error while staging: nothing of the group may be committed or acked.
@@ -956,19 +946,15 @@ async fn receive_frames(
                     first: f.first_pos,
                     payload,
                 };
-                let q = ti.queue.clone();
                 // Bounded queue: back-pressure onto the QUIC stream.
-                let sent = match q.try_send(req) {
-                    Ok(()) => true,
-                    Err(crossbeam::channel::TrySendError::Full(req)) => {
-                        tokio::task::spawn_blocking(move || q.send(req).is_ok())
-                            .await
-                            .unwrap_or(false)
+                if let Err(req) = ti.queue.try_push(req) {
+                    let q = ti.queue.clone();
+                    if tokio::task::spawn_blocking(move || q.push(req))
+                        .await
+                        .is_err()
+                    {
+                        anyhow::bail!("intake of tablet {tablet} stopped");
                     }
-                    Err(_) => false,
-                };
-                if !sent {
-                    anyhow::bail!("intake of tablet {tablet} stopped");
                 }
             }
             (Message::KeepAlive(_), _) => {

@@ -7,6 +7,7 @@ pub mod consistency;
 pub mod core;
 pub mod cutover;
 pub mod error;
+mod frame_queue;
 mod history;
 pub mod intake;
 pub mod keys;

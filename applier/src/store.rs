@@ -32,7 +32,7 @@ use tidelog_wal::{
 
 use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
 use crate::error::{Error, Result};
-use crate::history::{HistoryFilter, PendingFilter, WatermarkFactory};
+use crate::history::{HistoryFilter, WatermarkFactory};
 use crate::keys;
 
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
@@ -42,8 +42,6 @@ pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 pub const MVCC: &str = "mvcc";
 pub const TXNS: &str = "txns";
 pub const META: &str = "meta";
-/// Committed transactions not yet applied on every participant: `BE commit_ht ‖ txn` → ``.
-pub const PENDING: &str = "pending";
 
 /// Prefix of per-tablet keys in `meta`.
 const TABLET_PREFIX: &[u8] = b"tablet/";
@@ -205,7 +203,6 @@ pub struct Store {
     mvcc: Keyspace,
     txns: Keyspace,
     meta: Keyspace,
-    pending: Keyspace,
     bl: Binlog,
     /// The cutover's cut (0: none). Every read is capped at it.
     cut: std::sync::atomic::AtomicU64,
@@ -245,13 +242,11 @@ pub struct Store {
     /// belong to. Aborted entries stay
     /// in the `trx_open` keyspace (binlog retention expires them).
     opens: Mutex<HashMap<TrxId, TrxOpen>>,
-    /// The global safe time as last raised (`raise_global_safe_time`; shared with the
-    /// `pending` compaction filter). Every transaction committed at or below it was applied
-    /// everywhere and persisted before it was raised, so its `pending` entry is stale:
-    /// entries are not deleted one by one when the last part is applied (that delete was a
-    /// sixth of the serial commit stage's work, `BENCHMARKS.md`), but skipped by readers
-    /// and dropped by compaction.
-    pending_floor: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The global safe time as last raised (`raise_global_safe_time`). Every transaction
+    /// committed at or below it was applied everywhere and persisted before it was raised;
+    /// the distributed commits above it are the ones that may still be pending
+    /// ([`Store::pending_txns`], read from the binlog).
+    pending_floor: std::sync::atomic::AtomicU64,
     /// See [`Store::set_prune_floor`] (0 until set: nothing pruned).
     prune_floor: std::sync::atomic::AtomicU64,
     /// What opening rebuilt from the received logs.
@@ -366,9 +361,6 @@ impl Store {
         // `mvcc` drops versions older than the retention horizon that no read can see.
         let horizon = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let h2 = horizon.clone();
-        // `pending` drops entries at or below the global safe time (see `pending_floor`).
-        let pending_floor = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let p2 = pending_floor.clone();
         let db = Database::builder(&path)
             .cache_size(cache_size)
             .with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
@@ -378,11 +370,6 @@ impl Store {
                         name: "tidelog-mvcc-history",
                         mark: h2.clone(),
                         make: HistoryFilter::for_horizon,
-                    }) as F),
-                    PENDING => Some(std::sync::Arc::new(WatermarkFactory {
-                        name: "tidelog-pending-applied",
-                        mark: p2.clone(),
-                        make: PendingFilter::for_floor,
                     }) as F),
                     _ => None,
                 }
@@ -411,7 +398,7 @@ impl Store {
             })
             .map_err(Error::store("open keyspace"))
         };
-        let (mvcc, txns, meta, pending) = (ks(MVCC)?, ks(TXNS)?, ks(META)?, ks(PENDING)?);
+        let (mvcc, txns, meta) = (ks(MVCC)?, ks(TXNS)?, ks(META)?);
         let bl = Binlog {
             binlog: ks(binlog::BINLOG)?,
             trx: pinned(binlog::TRX)?,
@@ -424,7 +411,6 @@ impl Store {
             mvcc,
             txns,
             meta,
-            pending,
             bl,
             cut: std::sync::atomic::AtomicU64::new(0),
             horizon,
@@ -435,7 +421,7 @@ impl Store {
             tablet_ids: Mutex::new(Default::default()),
             opens: Mutex::new(HashMap::new()),
             prune_floor: std::sync::atomic::AtomicU64::new(0),
-            pending_floor,
+            pending_floor: std::sync::atomic::AtomicU64::new(0),
             rebuilt: Rebuilt::default(),
             released_at_open: BTreeMap::new(),
         };
@@ -642,12 +628,11 @@ impl Store {
     }
 
     /// Every keyspace, with its name.
-    fn keyspaces(&self) -> [(&'static str, &Keyspace); 9] {
+    fn keyspaces(&self) -> [(&'static str, &Keyspace); 8] {
         [
             (MVCC, &self.mvcc),
             (TXNS, &self.txns),
             (META, &self.meta),
-            (PENDING, &self.pending),
             (binlog::BINLOG, &self.bl.binlog),
             (binlog::TRX, &self.bl.trx),
             (binlog::TRX_OPEN, &self.bl.trx_open),
@@ -1007,10 +992,6 @@ impl Store {
         }
         let done = scanned < max_scanned;
         if done {
-            for g in self.pending.iter() {
-                let k = g.key().map_err(Error::store("scan pending"))?;
-                b.remove(&self.pending, k.to_vec());
-            }
             let c = Cutover { cleaned: true, ..c };
             b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
             b.remove(&self.meta, CUTOVER_CURSOR);
@@ -1305,7 +1286,6 @@ impl Store {
                         participants: participants.clone(),
                     };
                     if st.commit.is_none() && !st.aborted {
-                        batch.insert(&self.pending, pending_key(rec.ht, txn), Vec::new());
                         out.new_commits.push((*txn, ci.clone()));
                         if let (Some((ht, t)), Some(id)) = (st.open.take(), st.trx_id) {
                             pending_opens.push(OpenOp::Clear(id, ht, t));
@@ -1681,13 +1661,9 @@ impl Store {
                             TxnState { open: None, ..st }
                         }
                         Some(c) => {
-                            // Listed, and above the safe time (see `pending_floor`).
-                            if c.commit_ht <= self.pending_floor()
-                                || !self
-                                    .pending
-                                    .contains_key(pending_key(c.commit_ht, &txn))
-                                    .map_err(Error::store("read pending"))?
-                            {
+                            // Above the safe time (see `pending_floor`); on a promoted
+                            // target nothing is pending (discarded by the cutover).
+                            if c.commit_ht <= self.pending_floor() || self.cut().is_some() {
                                 continue;
                             }
                             out.pending += 1;
@@ -1754,24 +1730,15 @@ impl Store {
     }
 
     /// Committed transactions that may not be applied on every participant yet, by commit
-    /// ht: the `pending` entries above the global safe time (see `pending_floor`; some of
-    /// them may be applied everywhere — applying a part again is idempotent).
+    /// ht: the distributed commits in the binlog above the global safe time (see
+    /// `pending_floor`; some of them may be applied everywhere — applying a part again is
+    /// idempotent). None on a promoted target: the cutover discarded them.
     pub fn pending_txns(&self) -> Result<Vec<(TxnId, TxnState)>> {
         let mut out = Vec::new();
-        let from = pending_key(self.pending_floor().next(), &TxnId([0; 16]));
-        for g in self.pending.range(from..) {
-            let (k, _) = g.into_inner().map_err(Error::store("scan pending"))?;
-            let id: [u8; 16] = k
-                .get(8..24)
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| {
-                    Error::corrupt(
-                        PENDING,
-                        format!("key {}", k.escape_ascii()),
-                        "expected 24 bytes",
-                    )
-                })?;
-            let txn = TxnId(id);
+        if self.cut().is_some() {
+            return Ok(out);
+        }
+        for txn in self.bl.distributed_above(self.pending_floor())? {
             // No record: applied everywhere and expired by binlog retention since.
             if let Some(st) = self.txn(&txn)? {
                 out.push((txn, st));
@@ -2134,13 +2101,6 @@ fn resolved(st: &TxnState) -> bool {
             .commit
             .as_ref()
             .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)))
-}
-
-fn pending_key(commit_ht: HybridTime, txn: &TxnId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(24);
-    k.extend_from_slice(&commit_ht.0.to_be_bytes());
-    k.extend_from_slice(&txn.0);
-    k
 }
 
 fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
@@ -2510,11 +2470,12 @@ mod tests {
         assert_eq!(s.get(b"p", None).unwrap(), None);
     }
 
-    /// A transaction applied everywhere keeps its `pending` entry until the global safe
-    /// time passes its commit; from then on it is not listed (also after a reopen), and a
-    /// compaction drops the entry.
+    /// The pending transactions are the distributed commits in the binlog above the global
+    /// safe time: listed while the safe time is below the commit (also after a reopen, even
+    /// once applied everywhere), not once it passed; single-tablet commits in the binlog are
+    /// never listed.
     #[test]
-    fn pending_entries_go_stale_at_the_safe_time() {
+    fn distributed_commits_above_the_safe_time_are_pending() {
         let dir = tempfile::tempdir().unwrap();
         let (a, st) = (t("a"), t("status"));
         let x = TxnId::from_u128(3);
@@ -2538,8 +2499,10 @@ mod tests {
                     gtid: None,
                 },
             );
-            let (rs, ends) = place(0, vec![commit]);
+            let local = trx_write(9, "4:1".parse().unwrap());
+            let (rs, ends) = place(0, vec![commit, local]);
             s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+            assert_eq!(s.bl.read(None, HybridTime::MAX, 10).unwrap().0.len(), 2);
             let part = Part {
                 txn: x,
                 commit_ht: HybridTime(8),
@@ -2549,21 +2512,19 @@ mod tests {
             assert_eq!(listed(&s), vec![x], "listed before the safe time passed it");
             s.raise_global_safe_time(HybridTime(7), Durability::Sync)
                 .unwrap();
-            assert_eq!(listed(&s), vec![x]);
-            s.raise_global_safe_time(HybridTime(8), Durability::Sync)
-                .unwrap();
-            assert_eq!(listed(&s), vec![], "listed at the safe time");
-            assert_eq!(s.pending.iter().count(), 1, "the entry is still stored");
         }
         let s = Store::open(dir.path()).unwrap();
-        assert_eq!(listed(&s), vec![], "listed again after a reopen");
-        s.flush().unwrap();
-        s.pending.major_compact().unwrap();
         assert_eq!(
-            s.pending.iter().count(),
-            0,
-            "compaction kept the stale entry"
+            listed(&s),
+            vec![x],
+            "listed after a reopen below its commit"
         );
+        s.raise_global_safe_time(HybridTime(8), Durability::Sync)
+            .unwrap();
+        assert_eq!(listed(&s), vec![], "listed at the safe time");
+        drop(s);
+        let s = Store::open(dir.path()).unwrap();
+        assert_eq!(listed(&s), vec![], "listed again after a reopen");
     }
 
     /// The `mvcc` history filter, through a real compaction: once the retention horizon
