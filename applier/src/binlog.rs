@@ -104,6 +104,11 @@ pub struct Binlog {
     /// Aborted `trx_open` entries by time, for retention: `BE ht ‖ trx key` → ``. May hold
     /// entries a newer attempt replaced since; expiry checks before it removes.
     pub(crate) open_aborts: Keyspace,
+    /// Per gtid domain, the highest seq a look-up found visible at the published safe
+    /// time. Seq grows in commit order within a domain, so every lower seq of the domain is
+    /// visible too (or older than retention, which counts as visible): a hint at or below
+    /// it needs no `gtid` read ([`Binlog::known_visible`]). Memory only; only grows.
+    pub(crate) visible: Arc<std::sync::RwLock<std::collections::HashMap<u32, u64>>>,
 }
 
 impl std::fmt::Debug for Binlog {
@@ -432,6 +437,23 @@ impl Binlog {
                 .map(Some)
                 .map_err(|r| Error::corrupt(TRX_OPEN, format!("trx {t}"), r)),
         }
+    }
+
+    /// Whether `g` is known visible: a look-up found a gtid of its domain with a seq at or
+    /// above it visible (see the `visible` field).
+    pub fn known_visible(&self, g: Gtid) -> bool {
+        let m = self.visible.read().unwrap_or_else(|p| p.into_inner());
+        m.get(&g.domain).is_some_and(|&seq| g.seq <= seq)
+    }
+
+    /// Records that `g` is visible at the published safe time.
+    pub fn note_visible(&self, g: Gtid) {
+        if self.known_visible(g) {
+            return;
+        }
+        let mut m = self.visible.write().unwrap_or_else(|p| p.into_inner());
+        let seq = m.entry(g.domain).or_insert(g.seq);
+        *seq = (*seq).max(g.seq);
     }
 
     /// The commit with `domain`-`seq` (any server), if the binlog holds it.

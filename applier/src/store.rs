@@ -405,6 +405,7 @@ impl Store {
             trx_open: pinned(binlog::TRX_OPEN)?,
             gtid: pinned(binlog::GTID)?,
             open_aborts: ks(binlog::OPEN_ABORTS)?,
+            visible: Default::default(),
         };
         let mut store = Store {
             db,

@@ -5,6 +5,8 @@
 //!      │
 //!  gtid hint? ──malformed / foreign domain──► UNKNOWN (reason)
 //!      │ visible at safe time (or older than the oldest retained)  → caught_up
+//!      │   (no gtid read when this trx's visible commit or an earlier look-up's visible
+//!      │    seq of the domain is at or above it: seq grows in commit order)
 //!      │ not yet: wait for safe time to pass it, up to `wait`       → else caught_up = false
 //!      ▼
 //!  trx index (point read) ── commit ≤ safe time ──► COMMITTED {gtid, commit_ht}
@@ -175,6 +177,12 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     };
     a.connect_id = Some(trx.connect_id);
     let bl = store.binlog();
+    // A hint known visible before the trx index is read was visible at `safe_at_read`, so
+    // that read saw the client's commit (at or before the hint in commit order).
+    let known_visible = q
+        .gtid_hint
+        .and_then(|h| h.parse::<Gtid>().ok())
+        .is_some_and(|g| bl.known_visible(g));
     // Safe time is published only after every commit at or below it is in the store.
     let safe_at_read = view.safe_time();
     let mut commit = bl.trx_commit(trx)?;
@@ -190,14 +198,21 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
                 return Ok(a);
             }
         };
-        // A visible commit of this trx at or after the hint in its domain: the hint is
-        // visible too (gtid seq grows in commit order), no gtid read needed.
+        // A visible commit of this trx at or after the hint in its domain, or a seq at or
+        // above it that an earlier look-up found visible: the hint is visible too (gtid seq
+        // grows in commit order), no gtid read needed.
         let covered = commit.as_ref().is_some_and(|c| {
             view.safe_time().is_some_and(|s| s >= c.commit_ht)
                 && c.gtid
                     .is_some_and(|cg| cg.domain == g.domain && g.seq <= cg.seq)
         });
         if cut.is_none() && covered {
+            if let Some(cg) = commit.as_ref().and_then(|c| c.gtid) {
+                bl.note_visible(cg);
+            }
+            a.caught_up = true;
+        } else if cut.is_none() && known_visible {
+            // At or below a seq of its domain found visible before: no gtid read.
             a.caught_up = true;
         } else if cut.is_none() {
             let (outcome, read_at) = hint(store, view, g, deadline)?;
@@ -354,6 +369,7 @@ fn hint(
             let visible =
                 safe.is_some_and(|s| s >= e.commit_ht) || view.wait_for(e.commit_ht, deadline);
             let h = if visible {
+                bl.note_visible(g);
                 Hint::Visible
             } else {
                 Hint::Behind(g)
