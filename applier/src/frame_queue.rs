@@ -18,6 +18,15 @@ struct State<T> {
     consumer_waiting: bool,
     /// Producers blocked in [`FrameQueue::push`].
     producers_waiting: usize,
+    /// The consumer is gone ([`FrameQueue::close`]): nothing pushed would be taken out.
+    closed: bool,
+}
+
+/// Why an item was not queued; it is given back.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PushError<T> {
+    Full(T),
+    Closed(T),
 }
 
 /// A bounded multi-producer, single-consumer queue.
@@ -38,6 +47,7 @@ impl<T> FrameQueue<T> {
                 items: VecDeque::with_capacity(capacity),
                 consumer_waiting: false,
                 producers_waiting: 0,
+                closed: false,
             }),
             capacity,
             not_empty: Condvar::new(),
@@ -59,25 +69,41 @@ impl<T> FrameQueue<T> {
         }
     }
 
-    /// Queues `item` unless the queue is full (then gives it back).
-    pub(crate) fn try_push(&self, item: T) -> Result<(), T> {
+    /// Queues `item` unless the queue is full or closed (then gives it back).
+    pub(crate) fn try_push(&self, item: T) -> Result<(), PushError<T>> {
         let g = self.lock();
+        if g.closed {
+            return Err(PushError::Closed(item));
+        }
         if g.items.len() >= self.capacity {
+            return Err(PushError::Full(item));
+        }
+        self.pushed(g, item);
+        Ok(())
+    }
+
+    /// Queues `item`, blocking while the queue is full; gives it back once closed.
+    pub(crate) fn push(&self, item: T) -> Result<(), T> {
+        let mut g = self.lock();
+        while g.items.len() >= self.capacity && !g.closed {
+            g.producers_waiting += 1;
+            g = self.not_full.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.producers_waiting -= 1;
+        }
+        if g.closed {
             return Err(item);
         }
         self.pushed(g, item);
         Ok(())
     }
 
-    /// Queues `item`, blocking while the queue is full.
-    pub(crate) fn push(&self, item: T) {
+    /// The consumer stops: blocked and later pushes give their item back.
+    pub(crate) fn close(&self) {
         let mut g = self.lock();
-        while g.items.len() >= self.capacity {
-            g.producers_waiting += 1;
-            g = self.not_full.wait(g).unwrap_or_else(|p| p.into_inner());
-            g.producers_waiting -= 1;
-        }
-        self.pushed(g, item);
+        g.closed = true;
+        g.items.clear();
+        drop(g);
+        self.not_full.notify_all();
     }
 
     /// Moves the oldest item into `out`, waiting up to `timeout` for one, then further items
@@ -153,9 +179,9 @@ mod tests {
         let q = Arc::new(FrameQueue::new(2));
         q.try_push(1).unwrap();
         q.try_push(2).unwrap();
-        assert_eq!(q.try_push(3), Err(3));
+        assert_eq!(q.try_push(3), Err(PushError::Full(3)));
         let q2 = q.clone();
-        let producer = std::thread::spawn(move || q2.push(3));
+        let producer = std::thread::spawn(move || q2.push(3).unwrap());
         // The producer can only finish once an item is taken out.
         let mut out = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -164,6 +190,22 @@ mod tests {
         }
         producer.join().unwrap();
         assert_eq!(out, [1, 2, 3]);
+    }
+
+    #[test]
+    fn closing_releases_a_blocked_producer_and_refuses_more() {
+        let q = Arc::new(FrameQueue::new(1));
+        q.try_push(1).unwrap();
+        let q2 = q.clone();
+        let producer = std::thread::spawn(move || q2.push(2));
+        q.close();
+        assert_eq!(
+            producer.join().unwrap(),
+            Err(2),
+            "the blocked push gave its item back"
+        );
+        assert_eq!(q.try_push(3), Err(PushError::Closed(3)));
+        assert_eq!(q.push(4), Err(4));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
 
-use crate::frame_queue::FrameQueue;
+use crate::frame_queue::{FrameQueue, PushError};
 use crate::tls::{server_config, TlsMaterial};
 
 /// What the intake needs to run.
@@ -649,6 +649,8 @@ fn writer_thread(
             h(&tablet, pos);
         }
     }
+    // Nothing more is written: a stream blocked on a full queue gets its frame back.
+    queue.close();
     if let Err(e) = w.close() {
         tracing::warn!(tablet = %tablet, "closing the received log: {e}");
     }
@@ -947,14 +949,19 @@ async fn receive_frames(
                     payload,
                 };
                 // Bounded queue: back-pressure onto the QUIC stream.
-                if let Err(req) = ti.queue.try_push(req) {
-                    let q = ti.queue.clone();
-                    if tokio::task::spawn_blocking(move || q.push(req))
-                        .await
-                        .is_err()
-                    {
-                        anyhow::bail!("intake of tablet {tablet} stopped");
+                let queued = match ti.queue.try_push(req) {
+                    Ok(()) => true,
+                    Err(PushError::Full(req)) => {
+                        let q = ti.queue.clone();
+                        matches!(
+                            tokio::task::spawn_blocking(move || q.push(req)).await,
+                            Ok(Ok(()))
+                        )
                     }
+                    Err(PushError::Closed(_)) => false,
+                };
+                if !queued {
+                    anyhow::bail!("intake of tablet {tablet} stopped");
                 }
             }
             (Message::KeepAlive(_), _) => {
