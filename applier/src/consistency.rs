@@ -5,7 +5,7 @@
 //!  apply workers ──after_batch / part_applied──► Core (mutex) ──► ready parts → workers
 //!                                                   │ signal
 //!                                                   ▼
-//!  publisher thread: S = core.safe_time(); store.persist() (fsync); persist S; publish S
+//!  publisher thread: S = core.safe_time(); write S; store.persist() (one fsync); publish S
 //!                                                   │
 //!  readers: global.load(Acquire)  ◄─────────────────┘   waiters: wait_for(T, deadline)
 //! ```
@@ -318,9 +318,16 @@ impl Consistency {
             };
             if let Some(ht) = candidate {
                 if ht.0 > self.global.load(Ordering::Acquire) {
-                    // Durable first: the batches this safe time covers, then the value.
+                    // Durable first, in one fsync: the batches this safe time covers (written
+                    // before it was computed) and then the value itself (written after them in
+                    // the journal, so a recovery that keeps it keeps them). A value written
+                    // only after the fsync could be lost by a crash after the publish, and the
+                    // restart would start readers below what they had seen.
                     let t0 = Instant::now();
-                    let r = self.store.persist();
+                    let r = self
+                        .store
+                        .raise_global_safe_time(ht, Durability::Buffered)
+                        .and_then(|_| self.store.persist());
                     let synced = t0.elapsed();
                     if synced >= SLOW_PERSIST {
                         tracing::warn!(
@@ -329,8 +336,6 @@ impl Consistency {
                             "slow store fsync before publishing the safe time"
                         );
                     }
-                    let r = r
-                        .and_then(|()| self.store.raise_global_safe_time(ht, Durability::Buffered));
                     match r {
                         Ok(_) => {
                             self.global.fetch_max(ht.0, Ordering::Release);
