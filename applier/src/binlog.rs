@@ -221,6 +221,12 @@ fn key_tablet(b: &[u8]) -> Result<TabletId, String> {
         .ok_or_else(|| "key does not end in a valid tablet id".to_string())
 }
 
+/// A stored `binlog` entry, or the corruption error naming its key.
+fn decode_stored(key: &[u8], v: &[u8]) -> Result<BinlogEntry> {
+    decode_entry(key, v)
+        .map_err(|r| Error::corrupt(BINLOG, format!("key {}", key.escape_ascii()), r))
+}
+
 fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
     let (ht, tablet) = key
         .split_first_chunk::<8>()
@@ -518,8 +524,7 @@ impl Binlog {
         let mut out = Vec::new();
         for g in self.binlog.range(start..) {
             let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
-            let e = decode_entry(&k, &v)
-                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            let e = decode_stored(&k, &v)?;
             if e.commit_ht > upto {
                 return Ok((out, false));
             }
@@ -537,8 +542,7 @@ impl Binlog {
         let mut out = Vec::new();
         for g in self.binlog.range(after.next().0.to_be_bytes().to_vec()..) {
             let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
-            let e = decode_entry(&k, &v)
-                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            let e = decode_stored(&k, &v)?;
             out.extend(e.txn);
         }
         Ok(out)
@@ -653,8 +657,7 @@ impl Binlog {
                 return Ok((n, false));
             }
             let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
-            let e = decode_entry(&k, &v)
-                .map_err(|r| Error::corrupt(BINLOG, format!("key {}", k.escape_ascii()), r))?;
+            let e = decode_stored(&k, &v)?;
             b.remove(&self.binlog, k.to_vec());
             if let Some(t) = e.trx_id {
                 b.remove(&self.trx, trx_key(t).to_vec());

@@ -127,7 +127,6 @@ impl<T> FrameQueue<T> {
         let Some(first) = g.items.pop_front() else {
             return 0;
         };
-        let was_full = g.items.len() + 1 >= self.capacity;
         out.push(first);
         let mut n = 1;
         while let Some(next) = g.items.front() {
@@ -137,7 +136,8 @@ impl<T> FrameQueue<T> {
             out.extend(g.items.pop_front());
             n += 1;
         }
-        let wake = was_full && g.producers_waiting > 0;
+        // Producers wait only on a full queue: any waiting one has room now.
+        let wake = g.producers_waiting > 0;
         drop(g);
         if wake {
             self.not_full.notify_all();

@@ -26,38 +26,23 @@ use fjall::compaction::filter::{CompactionFilter, Context, Factory, ItemAccessor
 
 use crate::keys;
 
-/// Makes one key-deciding filter per compaction from a watermark shared with the store, as
-/// it is then: [`HistoryFilter`] for `mvcc` (the history horizon).
-pub(crate) struct WatermarkFactory {
-    pub name: &'static str,
-    pub mark: Arc<AtomicU64>,
-    pub make: fn(u64) -> Box<dyn CompactionFilter>,
+/// Makes the filter of each `mvcc` compaction at the retention horizon as it is then
+/// (shared with the store, which raises it).
+pub(crate) struct HistoryFactory {
+    pub horizon: Arc<AtomicU64>,
 }
 
-impl Factory for WatermarkFactory {
+impl Factory for HistoryFactory {
     fn name(&self) -> &str {
-        self.name
+        "tidelog-mvcc-history"
     }
 
+    /// Binlog retention raises `H` to at most safe time + 1, and a consistent read is at
+    /// the safe time: keep what a read at `H − 1` sees (a version at exactly `H` may exist
+    /// on a tablet ahead of the others and must not hide the one below it).
     fn make_filter(&self, _ctx: &Context) -> Box<dyn CompactionFilter> {
-        (self.make)(self.mark.load(Ordering::Acquire))
-    }
-}
-
-/// A compaction filter that decides by each item's key alone.
-trait ByKey: Send {
-    fn verdict(&mut self, key: &[u8]) -> Verdict;
-}
-
-struct KeyFilter<T>(T);
-
-impl<T: ByKey> CompactionFilter for KeyFilter<T> {
-    fn filter_item(
-        &mut self,
-        item: ItemAccessor<'_>,
-        _ctx: &Context,
-    ) -> fjall::compaction::filter::CompactionFilterResult {
-        Ok(self.0.verdict(item.key()))
+        let h = self.horizon.load(Ordering::Acquire);
+        Box::new(HistoryFilter::new(h.saturating_sub(1)))
     }
 }
 
@@ -105,19 +90,13 @@ impl HistoryFilter {
     }
 }
 
-impl HistoryFilter {
-    /// For `mvcc` at horizon `h`: binlog retention raises `H` to at most safe time + 1, and
-    /// a consistent read is at the safe time: keep what a read at `H − 1` sees (a version
-    /// at exactly `H` may exist on a tablet ahead of the others and must not hide the one
-    /// below it).
-    pub(crate) fn for_horizon(h: u64) -> Box<dyn CompactionFilter> {
-        Box::new(KeyFilter(HistoryFilter::new(h.saturating_sub(1))))
-    }
-}
-
-impl ByKey for HistoryFilter {
-    fn verdict(&mut self, key: &[u8]) -> Verdict {
-        HistoryFilter::verdict(self, key)
+impl CompactionFilter for HistoryFilter {
+    fn filter_item(
+        &mut self,
+        item: ItemAccessor<'_>,
+        _ctx: &Context,
+    ) -> fjall::compaction::filter::CompactionFilterResult {
+        Ok(self.verdict(item.key()))
     }
 }
 

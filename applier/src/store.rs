@@ -32,7 +32,7 @@ use tidelog_wal::{
 
 use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
 use crate::error::{Error, Result};
-use crate::history::{HistoryFilter, WatermarkFactory};
+use crate::history::HistoryFactory;
 use crate::keys;
 
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
@@ -373,10 +373,8 @@ impl Store {
             .with_compaction_filter_factories(std::sync::Arc::new(move |name: &str| {
                 type F = std::sync::Arc<dyn fjall::compaction::filter::Factory>;
                 match name {
-                    MVCC => Some(std::sync::Arc::new(WatermarkFactory {
-                        name: "tidelog-mvcc-history",
-                        mark: h2.clone(),
-                        make: HistoryFilter::for_horizon,
+                    MVCC => Some(std::sync::Arc::new(HistoryFactory {
+                        horizon: h2.clone(),
                     }) as F),
                     _ => None,
                 }

@@ -177,12 +177,16 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     };
     a.connect_id = Some(trx.connect_id);
     let bl = store.binlog();
+    let hint_gtid = match q.gtid_hint.map(str::parse::<Gtid>).transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            a.reason = Some(format!("malformed gtid hint: {e}"));
+            return Ok(a);
+        }
+    };
     // A hint known visible before the trx index is read was visible at `safe_at_read`, so
     // that read saw the client's commit (at or before the hint in commit order).
-    let known_visible = q
-        .gtid_hint
-        .and_then(|h| h.parse::<Gtid>().ok())
-        .is_some_and(|g| bl.known_visible(g));
+    let known_visible = hint_gtid.is_some_and(|g| bl.known_visible(g));
     // Safe time is published only after every commit at or below it is in the store.
     let safe_at_read = view.safe_time();
     let mut commit = bl.trx_commit(trx)?;
@@ -190,14 +194,7 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
     let mut hint_after_cut = None;
     // The client's hint is not visible here yet: the target is behind the client.
     let mut behind_hint = false;
-    if let Some(h) = q.gtid_hint {
-        let g = match h.parse::<Gtid>() {
-            Ok(g) => g,
-            Err(e) => {
-                a.reason = Some(format!("malformed gtid hint: {e}"));
-                return Ok(a);
-            }
-        };
+    if let Some(g) = hint_gtid {
         // A visible commit of this trx at or after the hint in its domain, or a seq at or
         // above it that an earlier look-up found visible: the hint is visible too (gtid seq
         // grows in commit order), no gtid read needed.
