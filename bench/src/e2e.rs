@@ -51,7 +51,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
 use tidelog::demo::Daemon;
-use tidelog::load::{self, CommitSample, LoadOptions, Workload};
+use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog_wal::SyncPolicy;
 
 use crate::http1::Http1;
@@ -216,6 +216,8 @@ fn lag_histogram() -> Result<Histogram<u64>> {
 
 struct SamplerOut {
     hist: Histogram<u64>,
+    /// The source's part of each lag: commit → the source's safe time at or past it.
+    source_hist: Histogram<u64>,
     polls: u64,
     poll_busy: Duration,
     skipped_warmup: u64,
@@ -223,10 +225,47 @@ struct SamplerOut {
     poll_errors: u64,
 }
 
+/// The source's part of the lag: each (post-warm-up) sample is matched with the first
+/// [`SourceSafe`] at or past its `commit_ht`. The two arrive on different channels, so a
+/// sample may find its event already here (kept, ht ascending) or wait for it.
+struct SourceSplit {
+    events: std::collections::VecDeque<(u64, u64)>,
+    waiting: BinaryHeap<Reverse<(u64, u64)>>,
+}
+
+impl SourceSplit {
+    /// Events kept for samples that arrive after them (about 10 s of advances).
+    const KEEP: usize = 20_000;
+
+    fn sample(&mut self, ht: u64, at: u64, hist: &mut Histogram<u64>) {
+        let i = self.events.partition_point(|&(e, _)| e < ht);
+        match self.events.get(i) {
+            Some(&(_, e_at)) => hist.saturating_record(e_at.saturating_sub(at).max(1)),
+            None => self.waiting.push(Reverse((ht, at))),
+        }
+    }
+
+    fn event(&mut self, e: SourceSafe, hist: &mut Histogram<u64>) {
+        let (ht, e_at) = (e.ht.0, micros_since_epoch(e.at));
+        while let Some(Reverse((s_ht, s_at))) = self.waiting.peek().copied() {
+            if s_ht > ht {
+                break;
+            }
+            self.waiting.pop();
+            hist.saturating_record(e_at.saturating_sub(s_at).max(1));
+        }
+        if self.events.len() == Self::KEEP {
+            self.events.pop_front();
+        }
+        self.events.push_back((ht, e_at));
+    }
+}
+
 /// Resolves samples against the published safe time (see the module docs).
 fn sampler(
     socket: PathBuf,
     rx: mpsc::Receiver<CommitSample>,
+    source_rx: mpsc::Receiver<SourceSafe>,
     warmup: Duration,
     probe: LagProbe,
     poll: Duration,
@@ -239,6 +278,7 @@ fn sampler(
     let mut heap: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
     let mut out = SamplerOut {
         hist: lag_histogram()?,
+        source_hist: lag_histogram()?,
         polls: 0,
         poll_busy: Duration::ZERO,
         skipped_warmup: 0,
@@ -246,20 +286,31 @@ fn sampler(
         poll_errors: 0,
     };
     let mut disconnected = false;
-    let mut push =
-        |s: CommitSample, heap: &mut BinaryHeap<Reverse<(u64, u64)>>, o: &mut SamplerOut| {
-            let at = micros_since_epoch(s.committed_at);
-            let until = *warm_us.get_or_insert(at.saturating_add(warmup_us));
-            if at < until {
-                o.skipped_warmup += 1;
-            } else {
-                heap.push(Reverse((s.commit_ht.0, at)));
-            }
-        };
+    let mut split = SourceSplit {
+        events: std::collections::VecDeque::new(),
+        waiting: BinaryHeap::new(),
+    };
+    let mut push = |s: CommitSample,
+                    heap: &mut BinaryHeap<Reverse<(u64, u64)>>,
+                    split: &mut SourceSplit,
+                    o: &mut SamplerOut| {
+        let at = micros_since_epoch(s.committed_at);
+        let until = *warm_us.get_or_insert(at.saturating_add(warmup_us));
+        if at < until {
+            o.skipped_warmup += 1;
+        } else {
+            heap.push(Reverse((s.commit_ht.0, at)));
+            split.sample(s.commit_ht.0, at, &mut o.source_hist);
+        }
+    };
     loop {
+        // Source events first: a sample pushed below then finds the events sent before it.
+        while let Ok(e) = source_rx.try_recv() {
+            split.event(e, &mut out.source_hist);
+        }
         loop {
             match rx.try_recv() {
-                Ok(s) => push(s, &mut heap, &mut out),
+                Ok(s) => push(s, &mut heap, &mut split, &mut out),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     disconnected = true;
@@ -272,7 +323,7 @@ fn sampler(
                 break;
             }
             match rx.recv_timeout(Duration::from_millis(5)) {
-                Ok(s) => push(s, &mut heap, &mut out),
+                Ok(s) => push(s, &mut heap, &mut split, &mut out),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => disconnected = true,
             }
@@ -366,6 +417,9 @@ pub struct Step {
     /// txn/s × min(1, applied records/s ÷ generated records/s): the rate the target kept up with.
     pub sustained_txn_per_s: f64,
     pub lag: LagUs,
+    /// The source's part of `lag`: from the commit until every tablet had committed a
+    /// record at or past its `commit_ht` at the source.
+    pub source_lag: LagUs,
     pub samples_skipped_warmup: u64,
     pub samples_unresolved: u64,
     pub polls_per_s: f64,
@@ -409,6 +463,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     );
 
     let (tx, rx) = mpsc::channel::<CommitSample>();
+    let (source_tx, source_rx) = mpsc::channel::<SourceSafe>();
     let give_up = Arc::new(AtomicBool::new(false));
     let warmup = args.warmup;
     let sampler_t = {
@@ -420,7 +475,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         );
         std::thread::Builder::new()
             .name("lag-sampler".into())
-            .spawn(move || sampler(sock, rx, warmup, probe, poll, gu))?
+            .spawn(move || sampler(sock, rx, source_rx, warmup, probe, poll, gu))?
     };
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -436,6 +491,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     lo.sync = args.source_sync;
     lo.heartbeat_interval = args.heartbeat_interval;
     lo.samples = Some(tx);
+    lo.source_safe = Some(source_tx);
 
     // Start-up is not steady state: the generator writes the bank's initial balances and a
     // heartbeat on every tablet, then (in `ready`) waits until the applier's safe time is
@@ -573,6 +629,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
             summary.txn_per_s * (aps / rps.max(1.0)).min(1.0)
         },
         lag: LagUs::of(&s.hist),
+        source_lag: LagUs::of(&s.source_hist),
         samples_skipped_warmup: s.skipped_warmup,
         samples_unresolved: s.unresolved,
         polls_per_s: s.polls as f64 / wall.max(1e-9),
@@ -609,6 +666,15 @@ fn print_step(s: &Step) {
         s.samples_unresolved,
         s.polls_per_s,
         s.us_per_poll
+    );
+    println!(
+        "   of which at the source (commit → every tablet committed past it): p50 {} p99 {} p999 {} max {} (mean {}) over {} samples",
+        fmt_ns(s.source_lag.p50_us * 1000),
+        fmt_ns(s.source_lag.p99_us * 1000),
+        fmt_ns(s.source_lag.p999_us * 1000),
+        fmt_ns(s.source_lag.max_us * 1000),
+        fmt_ns((s.source_lag.mean_us * 1000.0) as u64),
+        fmt_int(s.source_lag.count),
     );
     println!("   CPU applier {}", s.cpu_applier.describe(4));
     println!("   CPU shipper {}", s.cpu_shipper.describe(4));
@@ -789,7 +855,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         loadavg()
     );
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
+        "{:<12} {:>9} {:>9} {:>9} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
         "run",
         "offered",
         "txn/s",
@@ -800,6 +866,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         "p99",
         "p999",
         "max",
+        "src p50",
         "catch-up",
         "×fsync",
         "CPU app",
@@ -808,7 +875,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
     );
     for s in &steps {
         println!(
-            "{:<12} {:>9} {:>9} {:>9} {:>7.2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7.1}ms {:>7.1}× {:>6.2}s {:>6.2}s {:>6.2}s",
+            "{:<12} {:>9} {:>9} {:>9} {:>7.2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7.1}ms {:>7.1}× {:>6.2}s {:>6.2}s {:>6.2}s",
             s.label,
             if s.offered > 0.0 { fmt_int(s.offered as u64) } else { "max".into() },
             fmt_int(s.txn_per_s as u64),
@@ -819,6 +886,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             fmt_ns(s.lag.p99_us * 1000),
             fmt_ns(s.lag.p999_us * 1000),
             fmt_ns(s.lag.max_us * 1000),
+            fmt_ns(s.source_lag.p50_us * 1000),
             s.catch_up_ms,
             (s.lag.p50_us * 1000) as f64 / fsync.p50_ns.max(1) as f64,
             s.cpu_applier.total_s,
@@ -826,7 +894,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             s.cpu_bench.total_s,
         );
     }
-    println!("(kept-up = txn/s × min(1, applied ÷ generated records/s); lag = source commit → visible at the target's safe time; ×fsync = lag p50 / fdatasync p50; CPU over load + catch-up; CPU gen = this process: generator + sampler)");
+    println!("(kept-up = txn/s × min(1, applied ÷ generated records/s); lag = source commit → visible at the target's safe time; src p50 = its part at the source: commit → every tablet committed past it; ×fsync = lag p50 / fdatasync p50; CPU over load + catch-up; CPU gen = this process: generator + sampler)");
 
     let mut checks = Vec::new();
     if let Some(max) = steps.iter().find(|s| s.label == "max") {

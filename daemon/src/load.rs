@@ -144,6 +144,9 @@ pub struct LoadOptions {
     /// Send every `sample_every`-th commit (of any kind) to `samples`; 0 = none.
     pub sample_every: u64,
     pub samples: Option<Sender<CommitSample>>,
+    /// Sent a [`SourceSafe`] whenever the source's safe time advances: the lowest, over
+    /// all tablets, of the ht of each tablet's last committed record.
+    pub source_safe: Option<Sender<SourceSafe>>,
 }
 
 impl LoadOptions {
@@ -172,6 +175,7 @@ impl LoadOptions {
             sessions: 16,
             sample_every: 0,
             samples: None,
+            source_safe: None,
         }
     }
 
@@ -236,6 +240,17 @@ pub struct CommitSample {
     pub tablet: TabletId,
     /// Wall time when the record was committed to the writer.
     pub committed_at: SystemTime,
+}
+
+/// The source's safe time advanced: every tablet has committed a record with ht ≥ `ht`
+/// (durable under `sync = always`), so a target can make everything up to `ht` visible once
+/// it has received and applied them. The time from a commit to the first `SourceSafe` at
+/// or past its `commit_ht` is the part of the safe-time lag the source itself takes.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceSafe {
+    pub ht: HybridTime,
+    /// Wall time when the commit that advanced it returned.
+    pub at: SystemTime,
 }
 
 /// Progress, reported about once a second.
@@ -359,6 +374,11 @@ struct Gen {
     tablets: Vec<TabletId>,
     writers: Vec<Writer>,
     last_record: Vec<Instant>,
+    /// Per tablet: the ht of the last record appended, and of the last one committed.
+    last_ht: Vec<HybridTime>,
+    committed_ht: Vec<HybridTime>,
+    /// The lowest `committed_ht` last sent as a [`SourceSafe`].
+    source_safe: HybridTime,
     start_pos: Vec<WalPos>,
     sessions: Vec<Session>,
     /// Per session: the trx id of its last attempt if that attempt aborted.
@@ -546,6 +566,9 @@ impl Gen {
             clock,
             gtids: GtidGen::new(GTID_DOMAIN, GTID_SERVER, last_seq),
             last_record: vec![now; tablets.len()],
+            last_ht: vec![HybridTime(0); tablets.len()],
+            committed_ht: vec![HybridTime(0); tablets.len()],
+            source_safe: HybridTime(0),
             start_pos: writers.iter().map(|w| w.written_pos()).collect(),
             tablets,
             writers,
@@ -594,6 +617,7 @@ impl Gen {
         w.append(&Record::new(ht, body))
             .with_context(|| format!("appending to tablet {}", w.tablet()))?;
         self.last_record[tablet] = Instant::now();
+        self.last_ht[tablet] = ht;
         Ok(ht)
     }
 
@@ -605,6 +629,23 @@ impl Gen {
                     .commit(self.opts.sync)
                     .with_context(|| format!("committing tablet {}", w.tablet()))?;
                 out.push((i, pos));
+                self.committed_ht[i] = self.last_ht[i];
+            }
+        }
+        if let Some(tx) = &self.opts.source_safe {
+            let low = self
+                .committed_ht
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(HybridTime(0));
+            if low > self.source_safe {
+                self.source_safe = low;
+                // A receiver that went away just stops the events.
+                let _ = tx.send(SourceSafe {
+                    ht: low,
+                    at: SystemTime::now(),
+                });
             }
         }
         Ok(out)
