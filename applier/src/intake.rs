@@ -64,7 +64,11 @@ impl IntakeOptions {
     }
 }
 
-/// Called after each durable append to a tablet's received log (wakes the apply stage).
+/// Called after each durable append to a tablet's received log (wakes the apply stage),
+/// and for every tablet a shipper announces in a `Hello` (its own lane's and the others',
+/// `all_tablets`) before the intake answers, with the received log's durable end (the
+/// intake's own tablets) or zero: the tablet exists and must count for the safe time from
+/// now on, before any announced tablet's data is applied.
 pub type DurableHook = Arc<dyn Fn(&TabletId, WalPos) + Send + Sync>;
 
 /// Tablet intake states, as shown in status.
@@ -726,8 +730,27 @@ async fn serve_control(
                 tablets = h.tablets.len(), "shipper connected");
             first = false;
         }
-        let mut answer = Vec::new();
         let refusal = lock(&shared.refusal).clone();
+        let hook = lock(&shared.hook).0.clone();
+        if let (None, Some(hook)) = (&refusal, hook) {
+            // Registering is a durable store write: off the runtime's threads.
+            let mut announced: Vec<TabletId> = h.tablets.iter().map(|t| t.tablet.clone()).collect();
+            announced.extend(h.all_tablets.iter().cloned());
+            announced.sort();
+            announced.dedup();
+            let sh = shared.clone();
+            tokio::task::spawn_blocking(move || {
+                for t in &announced {
+                    let pos = lock(&sh.tablets)
+                        .get(t)
+                        .map_or(WalPos::ZERO, |ti| ti.received_pos());
+                    hook(t, pos);
+                }
+            })
+            .await
+            .context("registering the announced tablets")?;
+        }
+        let mut answer = Vec::new();
         for ht in &h.tablets {
             let claimed = match &refusal {
                 Some(r) => Err(r.clone()),

@@ -180,6 +180,63 @@ fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_
     assert_eq!(total, 200);
 }
 
+/// Lanes connect one by one: the first `Hello` registers every tablet of the shipper
+/// (`all_tablets`), so while lane 1 cannot connect its tablets hold the safe time
+/// uninitialized although lane 0's tablets are applied. (Before, tablets registered at
+/// their first durable frame, and the safe time was published over lane 0's tablets alone,
+/// above the lane-1 tablets' records: a later consistent read at the same time saw more.)
+#[test]
+fn a_tablet_of_a_lane_not_yet_connected_holds_the_safe_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "lanes = 2\n");
+    let h = ht_ago(Duration::ZERO);
+    // FNV-1a lanes of 2: t1 and t3 on lane 0, t2 and t4 on lane 1.
+    let mut lines = Vec::new();
+    for (i, t) in ["t1", "t2", "t3", "t4"].iter().enumerate() {
+        let i = i as u64;
+        // Lane 1's tablets hold the older records.
+        let at = if i % 2 == 1 { h + i } else { h + 100 + i };
+        lines.push(write(t, at, &format!("k/{t}"), "v"));
+        lines.push(heartbeat(t, at + 10));
+    }
+    append(&c.wal, &lines);
+    let _applier = c.start_applier();
+    let _shipper = Daemon::start_env(
+        "ship",
+        &c.shipper_cfg,
+        &c.root.join("shipper.log"),
+        &[("FAILPOINTS", "shipper::lane_1_connect=return")],
+    );
+    wait_for("lane 0's tablets applied", Duration::from_secs(30), || {
+        get(&c, "k/t1", "latest").1["found"] == true && get(&c, "k/t3", "latest").1["found"] == true
+    });
+    let (_, ship) = api(&c.shipper_sock, "GET", "/v1/status").unwrap();
+    for t in ["t2", "t4"] {
+        assert_ne!(
+            ship["tablets"][t]["state"], "streaming",
+            "lane 1 ({t}) must be held back: {ship}"
+        );
+    }
+    let st = safe_time(&c);
+    assert_eq!(st["initialized"], false, "safe time over lane 0 only: {st}");
+    assert!(
+        st["laggiest_tablet"] == "t2" || st["laggiest_tablet"] == "t4",
+        "the laggiest tablet is one of lane 1's: {st}"
+    );
+    let (code, body) = get(&c, "k/t1", "consistent");
+    assert_eq!(
+        (code, body["error"].as_str()),
+        (503, Some("safe_time_uninitialized")),
+        "{body}"
+    );
+    for t in ["t1", "t2", "t3", "t4"] {
+        assert!(
+            st["tablets"].get(t).is_some(),
+            "{t} counts for the safe time: {st}"
+        );
+    }
+}
+
 /// `GET /v1/safe-time?wait-for=HT` answers when the safe time reaches HT (not before, and
 /// without waiting out `wait`), answers with the safe time as it is after `wait` when it
 /// does not, and refuses a malformed HT or a `wait` without `wait-for`, naming the parameter.

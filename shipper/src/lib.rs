@@ -651,6 +651,10 @@ async fn connection(
     tablets: &mut Vec<TabletId>,
     rx: &mut mpsc::UnboundedReceiver<LaneCmd>,
 ) -> Result<()> {
+    // Tests hold one lane back (`FAILPOINTS=shipper::lane_<n>_connect=return`).
+    fail::fail_point!(&format!("shipper::lane_{lane}_connect"), |_| Err(
+        anyhow::anyhow!("failpoint: lane {lane} does not connect")
+    ));
     let cc = tls::client_config(&shared.tls, &shared.opts.quic)?;
     let connecting = endpoint.connect_with(cc, shared.opts.applier, &shared.opts.server_name)?;
     tokio::pin!(connecting);
@@ -694,6 +698,13 @@ async fn connection(
                 shipper_id: shared.opts.shipper_id.clone(),
                 lane,
                 tablets: hello_tablets(shared, &announce),
+                all_tablets: shared
+                    .tablets
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect(),
             };
             csend.write_all(&wire::encode_hello(&hello)).await?;
             let welcome = match crx.recv().await.unwrap_or(Ok(None))? {

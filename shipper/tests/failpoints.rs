@@ -528,6 +528,7 @@ fn hostile_frames_are_refused_with_nothing_written_and_the_intake_stays_healthy(
                             oldest: WalPos::ZERO,
                             durable: WalPos::ZERO,
                         }],
+                        all_tablets: Vec::new(),
                     }),
                     &["protocol"],
                 )
@@ -554,6 +555,7 @@ fn hostile_frames_are_refused_with_nothing_written_and_the_intake_stays_healthy(
                     oldest: WalPos::ZERO,
                     durable: raw.bounds[raw.bounds.len() - 1],
                 }],
+                all_tablets: Vec::new(),
             }))
             .await
             .unwrap();

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! control (first bidi stream, opened by the shipper)
-//!   shipper → applier   Hello { shipper_id, lane, tablets: [{tablet, oldest, durable}] }
+//!   shipper → applier   Hello { shipper_id, lane, tablets: [{tablet, oldest, durable}],
+//!                               all_tablets: [tablet] }
 //!   applier → shipper   Welcome { tablets: [{tablet, resume | refused}] }
 //!   either way          Error { code, message } and then the stream is closed
 //! tablet (one bidi stream per accepted tablet, opened by the shipper)
@@ -160,7 +161,14 @@ pub struct HelloTablet {
 pub struct Hello {
     pub shipper_id: String,
     pub lane: u32,
+    /// The tablets this connection (lane) ships.
     pub tablets: Vec<HelloTablet>,
+    /// Every tablet the shipper knows, on any of its lanes. Lanes connect one by one, so
+    /// the applier registers all of them at the first `Hello`: a tablet of a lane not yet
+    /// connected then holds the safe time instead of being left out of the minimum while
+    /// the other lanes' tablets are applied. Empty from shippers that predate it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub all_tablets: Vec<TabletId>,
 }
 
 /// The applier's answer for one announced tablet.
@@ -612,6 +620,7 @@ mod tests {
                 oldest: WalPos(0),
                 durable: WalPos(4096),
             }],
+            all_tablets: vec![t("t1"), t("t2")],
         };
         let welcome = Welcome {
             applier_id: "dr".into(),
