@@ -66,7 +66,11 @@ pub async fn serve_bound(
         .map(|m| m.ino())
         .with_context(|| format!("admin socket {} vanished after bind", socket.display()))?;
     tracing::info!(socket = %socket.display(), "admin API listening");
-    let app = router.fallback(not_found);
+    // A known path with another method is an unknown route too: the same JSON 404, not
+    // axum's empty 405.
+    let app = router
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_found);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -492,6 +496,51 @@ mod tests {
         assert!(parse_ht("at", "12x").is_err());
         assert_eq!(parse_ht("at", "12").unwrap(), 12);
         assert!(parse_wait("wait", "5 parsecs").is_err());
+    }
+
+    /// Unknown paths and known paths with another method both get the JSON 404.
+    #[tokio::test]
+    async fn unknown_routes_and_methods_get_the_json_404() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("admin.sock");
+        let l = bind(&p).await.unwrap();
+        let router = Router::new().route(
+            "/v1/status",
+            axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
+        );
+        let stop = StopSignal::new();
+        let server = serve_bound(l, &p, router, stop.stopped());
+        let client = async {
+            let mut answers = Vec::new();
+            for req in [
+                "GET /v1/status",
+                "POST /v1/status",
+                "DELETE /v1/status",
+                "GET /v1/nope",
+            ] {
+                let mut c = tokio::net::UnixStream::connect(&p).await.unwrap();
+                let head = format!(
+                    "{req} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                c.write_all(head.as_bytes()).await.unwrap();
+                let mut out = String::new();
+                c.read_to_string(&mut out).await.unwrap();
+                answers.push((req, out));
+            }
+            stop.stop();
+            answers
+        };
+        let (served, answers) = tokio::join!(server, client);
+        served.unwrap();
+        assert!(answers[0].1.starts_with("HTTP/1.1 200"), "{}", answers[0].1);
+        for (req, r) in &answers[1..] {
+            assert!(r.starts_with("HTTP/1.1 404"), "{req}: {r}");
+            let body = &r[r.find("\r\n\r\n").unwrap() + 4..];
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(v["error"], "not_found", "{req}: {body}");
+            assert_eq!(v["message"], format!("no route {req}"), "{req}: {body}");
+        }
     }
 
     #[tokio::test]
