@@ -698,7 +698,7 @@ async fn pause(
     let t = parse_tablet(&q)?;
     s.intake
         .set_paused(t.as_ref(), true)
-        .map_err(|e| ApiError::not_found(format!("{e:#}")))?;
+        .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
     Ok(Json(json!({"ok": true})))
 }
 
@@ -709,7 +709,7 @@ async fn resume(
     let t = parse_tablet(&q)?;
     s.intake
         .set_paused(t.as_ref(), false)
-        .map_err(|e| ApiError::not_found(format!("{e:#}")))?;
+        .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
     Ok(Json(json!({"ok": true})))
 }
 
@@ -892,14 +892,22 @@ async fn binlog(
                         let first = bl
                             .first_in_domain(g.domain)
                             .map_err(|e| ApiError::internal(&e.into()))?;
-                        let why = match first {
-                            Some(f) if g.seq < f.gtid.seq && horizon > HybridTime::MIN => format!(
-                                "gtid {g} was removed by binlog retention; the oldest retained in domain {} is {}",
-                                g.domain, f.gtid
+                        // 409: the binlog's state does not hold it (404 is for routes).
+                        return Err(match first {
+                            Some(f) if g.seq < f.gtid.seq && horizon > HybridTime::MIN => {
+                                ApiError::conflict(
+                                    "gtid_expired",
+                                    format!(
+                                        "gtid {g} was removed by binlog retention; the oldest retained in domain {} is {}",
+                                        g.domain, f.gtid
+                                    ),
+                                )
+                            }
+                            _ => ApiError::conflict(
+                                "gtid_not_visible",
+                                format!("gtid {g} is not in the visible binlog (safe time {upto})"),
                             ),
-                            _ => format!("gtid {g} is not in the visible binlog (safe time {upto})"),
-                        };
-                        return Err(ApiError::not_found(why));
+                        });
                     }
                 }
             }

@@ -104,6 +104,18 @@ fn check_states(c: &Cluster) {
     tablets.sort_unstable();
     assert_eq!(tablets, ["a", "b"]);
     assert_eq!(b["entries"].as_array().unwrap().len(), 1);
+    // A gtid the binlog does not hold is a state conflict named in the message, not a 404
+    // (reserved for unknown routes); so is pausing a tablet the applier does not know.
+    let (st, b) = api(&c.applier_sock, "GET", "/v1/binlog?from-gtid=0-1-99").unwrap();
+    assert_eq!(
+        (st, b["error"].as_str()),
+        (409, Some("gtid_not_visible")),
+        "{b}"
+    );
+    assert!(b["message"].as_str().unwrap().contains("0-1-99"), "{b}");
+    let (st, b) = api(&c.applier_sock, "POST", "/v1/pause?tablet=nope").unwrap();
+    assert_eq!((st, b["error"].as_str()), (400, Some("bad_request")), "{b}");
+    assert!(b["message"].as_str().unwrap().contains("nope"), "{b}");
 }
 
 #[test]
