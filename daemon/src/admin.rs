@@ -298,6 +298,55 @@ pub fn parse_ht(field: &str, s: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// Percent-decodes `s` to bytes (keys need not be UTF-8: `/v1/kv/%00%FF` names the key
+/// `00 FF`); in a query value `+` is a space, as in forms. A `%` without two hex digits after
+/// it is a 400 naming `field` and the offset.
+pub fn percent_decode(field: &str, s: &str, plus_is_space: bool) -> Result<Vec<u8>, ApiError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => out.push(v),
+                    None => {
+                        return Err(ApiError::bad_request(format!(
+                            "{field}: bad percent-encoding at byte {i} of {s:?}"
+                        )))
+                    }
+                }
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The raw (percent-decoded) bytes of query parameter `name`, if present; the last one
+/// wins, as with the typed query.
+pub fn query_bytes(uri: &Uri, name: &str) -> Result<Option<Vec<u8>>, ApiError> {
+    let mut found = None;
+    for pair in uri.query().unwrap_or("").split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_decode("query", k, true)? == name.as_bytes() {
+            found = Some(percent_decode(name, v, true)?);
+        }
+    }
+    Ok(found)
+}
+
 /// Parses a query value the API takes as a duration (`"5s"`, `"250ms"`).
 pub fn parse_wait(field: &str, s: &str) -> Result<std::time::Duration, ApiError> {
     humantime::parse_duration(s.trim())
@@ -485,6 +534,25 @@ mod tests {
         assert!(serde_json::from_str::<T>(r#"{"a":1,"k":{"b64":"!!"},"v":null}"#).is_err());
         assert!(serde_json::from_str::<T>(r#"{"a":1,"k":{"hex":"00"},"v":null}"#).is_err());
         assert!(serde_json::from_str::<T>(r#"{"a":1,"k":5,"v":null}"#).is_err());
+    }
+
+    #[test]
+    fn percent_decoding_gives_raw_bytes() {
+        assert_eq!(
+            percent_decode("key", "a%00%FFb", false).unwrap(),
+            b"a\0\xffb"
+        );
+        assert_eq!(percent_decode("key", "a+b", false).unwrap(), b"a+b");
+        assert_eq!(percent_decode("prefix", "a+b%2B", true).unwrap(), b"a b+");
+        for bad in ["%", "%F", "%GG", "ab%zz"] {
+            let e = percent_decode("key", bad, false).unwrap_err().to_string();
+            assert!(e.contains("key: bad percent-encoding"), "{bad}: {e}");
+        }
+        let u: Uri = "/v1/scan?mode=latest&prefix=%00%FF&limit=2"
+            .parse()
+            .unwrap();
+        assert_eq!(query_bytes(&u, "prefix").unwrap(), Some(vec![0, 0xff]));
+        assert_eq!(query_bytes(&u, "at").unwrap(), None);
     }
 
     #[test]

@@ -542,14 +542,18 @@ fn latest_ht(s: &ApplierState) -> HybridTime {
     w.values().map(|w| w.safe_time()).max().unwrap_or_default()
 }
 
+/// `GET /v1/kv/{key}`: the key is the rest of the path, percent-decoded to bytes (so keys
+/// that are not UTF-8, which answers show as `{"b64": …}`, can be read too).
 async fn kv_get(
     State(s): State<ApplierState>,
-    ApiPath(key): ApiPath<String>,
+    uri: axum::http::Uri,
     ApiQuery(q): ApiQuery<ReadQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = uri.path().strip_prefix("/v1/kv/").unwrap_or_default();
+    let key = admin::percent_decode("key", raw, false)?;
     let at = read_time(&s, &q)?;
     let store = s.store.clone();
-    let k = key.clone().into_bytes();
+    let k = key.clone();
     let v = blocking(move || store.get(&k, at))
         .await?
         .map_err(|e| ApiError::internal(&e.into()))?;
@@ -562,7 +566,7 @@ async fn kv_get(
         None => (false, None, None),
     };
     Ok(Json(json!({
-        "key": JsonBytes(key.into_bytes()),
+        "key": JsonBytes(key),
         "found": found,
         "value": value,
         "version_ht": version,
@@ -570,9 +574,9 @@ async fn kv_get(
     })))
 }
 
+/// `prefix` is read from the raw query (bytes, not necessarily UTF-8).
 #[derive(Debug, Deserialize)]
 struct ScanQuery {
-    prefix: Option<String>,
     mode: Option<String>,
     at: Option<String>,
     limit: Option<usize>,
@@ -580,8 +584,10 @@ struct ScanQuery {
 
 async fn scan(
     State(s): State<ApplierState>,
+    uri: axum::http::Uri,
     ApiQuery(q): ApiQuery<ScanQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let prefix = admin::query_bytes(&uri, "prefix")?.unwrap_or_default();
     let at = read_time(
         &s,
         &ReadQuery {
@@ -591,7 +597,6 @@ async fn scan(
     )?;
     let limit = q.limit.unwrap_or(1000).clamp(1, 100_000);
     let store = s.store.clone();
-    let prefix = q.prefix.clone().unwrap_or_default().into_bytes();
     let (items, more) = blocking(move || store.scan(&prefix, at, limit))
         .await?
         .map_err(|e| ApiError::internal(&e.into()))?;

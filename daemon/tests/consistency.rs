@@ -237,6 +237,54 @@ fn a_tablet_of_a_lane_not_yet_connected_holds_the_safe_time() {
     }
 }
 
+/// Keys are bytes: one that is not UTF-8 (written as `{"b64": …}`) is listed by a scan as
+/// `{"b64": …}` and can be read back and scanned for with its percent-encoded bytes.
+#[test]
+fn keys_that_are_not_utf8_are_read_by_their_percent_encoded_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    let h = ht_ago(Duration::ZERO);
+    append(
+        &c.wal,
+        &[
+            format!(
+                r#"{{"tablet":"a","kind":"write","ht":"{h}","ops":[{{"key":{{"b64":"AP8="}},"value":"raw"}},{{"key":"a b","value":"space"}}]}}"#
+            ),
+            heartbeat("a", h + 1),
+        ],
+    );
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    wait_for("the write visible", Duration::from_secs(30), || {
+        get(&c, "a%20b", "consistent").1["value"] == "space"
+    });
+    let (code, v) = get(&c, "%00%FF", "consistent");
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(
+        (&v["found"], &v["value"], &v["key"]["b64"]),
+        (
+            &Value::Bool(true),
+            &Value::from("raw"),
+            &Value::from("AP8=")
+        ),
+        "{v}"
+    );
+    let (_, all) = api(&c.applier_sock, "GET", "/v1/scan?prefix=").unwrap();
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+    let (_, sc) = api(&c.applier_sock, "GET", "/v1/scan?prefix=%00").unwrap();
+    let items = sc["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{sc}");
+    assert_eq!(items[0]["key"]["b64"], "AP8=", "{sc}");
+    let (_, sc) = api(&c.applier_sock, "GET", "/v1/scan?prefix=a+").unwrap();
+    assert_eq!(sc["items"][0]["value"], "space", "{sc}");
+    let (code, e) = get(&c, "%zz", "consistent");
+    assert_eq!(
+        (code, e["error"].as_str()),
+        (400, Some("bad_request")),
+        "{e}"
+    );
+}
+
 /// `GET /v1/safe-time?wait-for=HT` answers when the safe time reaches HT (not before, and
 /// without waiting out `wait`), answers with the safe time as it is after `wait` when it
 /// does not, and refuses a malformed HT or a `wait` without `wait-for`, naming the parameter.
