@@ -5,6 +5,8 @@
 //!   a control file is scanned to the end of its valid records).
 //! * `append` reads such lines on stdin and appends each as one commit to its tablet. The
 //!   first bad line stops it: everything before it is written and durable, nothing of it is.
+//!   A line must name its tablet, unless `--tablet T` is given: then a line without a
+//!   `tablet` field goes to T, and a line naming another tablet is an error.
 //! * `check` reads every record of every segment, validating checksums, positions, ht order
 //!   and segment contiguity, and compares the end reached with the control file's
 //!   `durable_pos`.
@@ -21,11 +23,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{DEFAULT_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use tidelog_wal::json::{from_json_line, write_json_line};
+use tidelog_wal::json::{from_json_line, write_json_line, JsonError};
 use tidelog_wal::reader::list_tablets;
 use tidelog_wal::{
-    Error as WalError, HybridTime, ReadLimit, Reader, SyncPolicy, TabletId, WalOptions, WalPos,
-    Writer,
+    Error as WalError, HybridTime, ReadLimit, Reader, Record, SyncPolicy, TabletId, WalOptions,
+    WalPos, Writer,
 };
 
 /// `tidelog wal …`
@@ -66,6 +68,10 @@ struct AppendArgs {
     /// The WAL directory (created if missing).
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
+    /// The tablet of lines without a "tablet" field; a line naming another tablet is an
+    /// error. Without it every line must name its tablet.
+    #[arg(long, value_name = "TABLET")]
+    tablet: Option<TabletId>,
     /// When each line's commit becomes durable; everything is synced before exit anyway.
     #[arg(long, value_enum, default_value_t = SyncArg::Batch)]
     sync: SyncArg,
@@ -226,14 +232,54 @@ fn append(a: &AppendArgs) -> Result<()> {
     let mut writers = BTreeMap::new();
     let stdin = io::stdin();
     let input = BufReader::with_capacity(1 << 20, stdin.lock());
-    let fed = feed(&a.dir, &opts, a.sync.into(), input, &mut writers);
+    let fed = feed(
+        &a.dir,
+        a.tablet.as_ref(),
+        &opts,
+        a.sync.into(),
+        input,
+        &mut writers,
+    );
     // Whether or not a line was bad: make everything appended durable, then report.
     let finished = finish(writers);
     fed.and(finished)
 }
 
+/// Parses one input line; with `default_tablet`, a line without a `tablet` field is that
+/// tablet's and a line naming another tablet is refused.
+fn parse_line(line: &str, default_tablet: Option<&TabletId>) -> Result<(TabletId, Record)> {
+    let parsed = match (from_json_line(line), default_tablet) {
+        (
+            Err(JsonError::Missing {
+                field: "tablet", ..
+            }),
+            Some(t),
+        ) => {
+            // The line is a JSON object without "tablet" (the parser checked that much):
+            // name the tablet in it and parse again. Tablet ids need no JSON escaping.
+            let body = line.trim_start_matches([' ', '\t', '\r', '\n']);
+            let rest = body.strip_prefix('{').unwrap_or(body);
+            let sep = if rest.trim_start().starts_with('}') {
+                ""
+            } else {
+                ","
+            };
+            from_json_line(&format!("{{\"tablet\":\"{t}\"{sep}{rest}"))
+        }
+        (r, _) => r,
+    };
+    let (tablet, rec) = parsed?;
+    if let Some(t) = default_tablet {
+        if tablet != *t {
+            bail!("the line's tablet {tablet} is not the tablet given with --tablet {t}");
+        }
+    }
+    Ok((tablet, rec))
+}
+
 fn feed(
     wal_dir: &Path,
+    default_tablet: Option<&TabletId>,
     opts: &WalOptions,
     sync: SyncPolicy,
     mut input: impl BufRead,
@@ -258,7 +304,8 @@ fn feed(
         if line.trim().is_empty() {
             continue;
         }
-        let (tablet, rec) = from_json_line(line).with_context(|| format!("line {n}"))?;
+        let (tablet, rec) =
+            parse_line(line, default_tablet).with_context(|| format!("line {n}"))?;
         let entry = match writers.entry(tablet) {
             std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::btree_map::Entry::Vacant(v) => {

@@ -288,6 +288,70 @@ fn bad_line_stops_with_its_number_and_keeps_earlier_lines() {
 }
 
 #[test]
+fn append_tablet_flag_names_the_tablet_of_lines_without_one() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    // Without --tablet a line must name its tablet (as before).
+    let o = fails(append(&wal, r#"{"kind":"heartbeat","ht":"5"}"#, &[]));
+    let err = stderr(&o);
+    assert!(err.contains("line 1") && err.contains("tablet"), "{err}");
+    assert!(!wal.join("t1").exists());
+
+    // With --tablet t1: lines without a tablet go to t1, lines naming t1 are accepted.
+    let input = [
+        r#"{"kind":"heartbeat","ht":"10"}"#,
+        r#"{"tablet":"t1","kind":"write","ht":"11","ops":[{"key":"k","value":"v"}]}"#,
+        "",
+        r#"  { "ht":"12" , "kind":"write","ops":[{"key":"k2","value":null}]}"#,
+        r#"{"kind":"heartbeat","ht":13}"#,
+    ]
+    .join("\n");
+    ok(append(&wal, &input, &["--tablet", "t1"]));
+    let v = lines(&stdout(&ok(dump(&wal, &[]))));
+    let got: Vec<_> = v
+        .iter()
+        .map(|r| (r["tablet"].as_str().unwrap(), r["ht"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [("t1", "10"), ("t1", "11"), ("t1", "12"), ("t1", "13")]
+    );
+    assert_eq!(v[2]["ops"][0]["key"], "k2");
+    assert!(v[2]["ops"][0]["value"].is_null());
+
+    // A line naming another tablet stops it, naming the line and both tablets; what came
+    // before is written, nothing of the other tablet is.
+    let input = [
+        r#"{"kind":"heartbeat","ht":"20"}"#,
+        r#"{"tablet":"t2","kind":"heartbeat","ht":"21"}"#,
+        r#"{"kind":"heartbeat","ht":"22"}"#,
+    ]
+    .join("\n");
+    let o = fails(append(&wal, &input, &["--tablet", "t1"]));
+    let err = stderr(&o);
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("t2") && err.contains("--tablet t1"), "{err}");
+    let last = lines(&stdout(&ok(dump(&wal, &["--tablet", "t1"]))))
+        .pop()
+        .unwrap();
+    assert_eq!(last["ht"], "20");
+    assert!(!wal.join("t2").exists());
+
+    // Other faults of a line without a tablet are still reported as such.
+    let o = fails(append(
+        &wal,
+        r#"{"kind":"write","ht":"30"}"#,
+        &["--tablet", "t1"],
+    ));
+    let err = stderr(&o);
+    assert!(err.contains("line 1") && err.contains("ops"), "{err}");
+    // A bad tablet id is a bad command line.
+    let o = append(&wal, "", &["--tablet", "bad/name"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    ok(check(&wal, &[]));
+}
+
+#[test]
 fn ht_not_increasing_is_refused_with_line_number() {
     let d = tempfile::tempdir().unwrap();
     let wal = d.path().join("wal");
