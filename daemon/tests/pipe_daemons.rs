@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -249,4 +250,151 @@ fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
         kills.0,
         kills.1
     );
+}
+
+/// The durable position in a tablet's control file.
+fn control_durable(wal: &Path, tablet: &str) -> u64 {
+    tidelog_wal::control::ControlView::open(&wal.join(tablet))
+        .unwrap()
+        .unwrap()
+        .durable()
+        .0
+}
+
+/// A shipper status row of `tablet`, once the admin API answers and has it.
+fn ship_row(c: &Cluster, tablet: &str) -> Option<serde_json::Value> {
+    let (200, st) = api(&c.shipper_sock, "GET", "/v1/status")? else {
+        return None;
+    };
+    let row = st["tablets"].get(tablet)?.clone();
+    Some(row)
+}
+
+/// A per-tablet sample of the shipper's Prometheus metrics.
+fn ship_metric(c: &Cluster, name: &str, tablet: &str) -> Option<u64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                tidelog::ctl::call(&c.shipper_sock, axum::http::Method::GET, "/metrics"),
+            )
+            .await
+        })
+        .ok()?
+        .ok()?;
+    let text = String::from_utf8(a.body.to_vec()).ok()?;
+    let prefix = format!("{name}{{tablet=\"{tablet}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Status and metrics agree with the control file: `durable_pos` = `durable`,
+/// `lag_bytes` = `durable` − `acked_pos`.
+fn reports_durable(c: &Cluster, tablet: &str, durable: u64) -> bool {
+    let Some(row) = ship_row(c, tablet) else {
+        return false;
+    };
+    let acked = row["acked_pos"].as_u64().unwrap();
+    row["durable_pos"].as_u64() == Some(durable)
+        && row["lag_bytes"].as_u64() == Some(durable.saturating_sub(acked))
+        && ship_metric(c, "tidelog_shipper_durable_pos_bytes", tablet) == Some(durable)
+        && ship_metric(c, "tidelog_shipper_lag_bytes", tablet)
+            == Some(durable.saturating_sub(acked))
+}
+
+#[test]
+fn shipper_status_durable_pos_is_live_while_a_tablet_is_paused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 5, |i| format!("v{i}").into_bytes());
+    let first = control_durable(&c.wal, "t1");
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    wait_for("t1 shipped and acked", Duration::from_secs(30), || {
+        ship_row(&c, "t1").is_some_and(|r| r["acked_pos"].as_u64() == Some(first))
+    });
+    assert!(reports_durable(&c, "t1", first));
+
+    let (code, v) = api(&c.shipper_sock, "POST", "/v1/pause?tablet=t1").unwrap();
+    assert_eq!((code, &v), (200, &serde_json::json!({"ok": true})));
+    assert_eq!(ship_row(&c, "t1").unwrap()["state"], "paused");
+    write_records(&c.wal, "t1", 3, |i| format!("w{i}").into_bytes());
+    let second = control_durable(&c.wal, "t1");
+    assert!(second > first);
+    wait_for(
+        "the paused tablet's status to show the new durable_pos and its lag",
+        Duration::from_secs(10),
+        || reports_durable(&c, "t1", second),
+    );
+    let row = ship_row(&c, "t1").unwrap();
+    assert_eq!(row["acked_pos"].as_u64(), Some(first), "{row}");
+    assert_eq!(row["lag_bytes"].as_u64(), Some(second - first), "{row}");
+
+    let (code, _) = api(&c.shipper_sock, "POST", "/v1/resume?tablet=t1").unwrap();
+    assert_eq!(code, 200);
+    wait_for(
+        "the rest acked after resume",
+        Duration::from_secs(30),
+        || {
+            ship_row(&c, "t1").is_some_and(|r| {
+                r["acked_pos"].as_u64() == Some(second) && r["lag_bytes"].as_u64() == Some(0)
+            })
+        },
+    );
+    assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}
+
+#[test]
+fn shipper_status_durable_pos_is_live_without_a_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    // The shipper trusts another CA: its lane never connects to the applier.
+    let other = tmp.path().join("other-tls");
+    let st = std::process::Command::new(bin())
+        .args(["certs", "init", "--dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let cfg = std::fs::read_to_string(&c.shipper_cfg).unwrap();
+    let ca = tmp.path().join("tls").join("ca.pem").display().to_string();
+    assert!(cfg.contains(&ca));
+    std::fs::write(
+        &c.shipper_cfg,
+        cfg.replace(&ca, &other.join("ca.pem").display().to_string()),
+    )
+    .unwrap();
+    write_records(&c.wal, "t1", 5, |i| format!("v{i}").into_bytes());
+    let first = control_durable(&c.wal, "t1");
+    assert!(first > 0);
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    wait_for(
+        "the unconnected shipper to report the durable_pos",
+        Duration::from_secs(10),
+        || reports_durable(&c, "t1", first),
+    );
+    write_records(&c.wal, "t1", 2, |i| format!("w{i}").into_bytes());
+    let second = control_durable(&c.wal, "t1");
+    wait_for(
+        "the unconnected shipper to follow the durable_pos",
+        Duration::from_secs(10),
+        || reports_durable(&c, "t1", second),
+    );
+    let (_, st) = api(&c.shipper_sock, "GET", "/v1/status").unwrap();
+    assert_eq!(st["connected_lanes"], 0, "{st}");
+    assert_eq!(st["tablets"]["t1"]["acked_pos"], 0, "{st}");
+    assert_eq!(st["tablets"]["t1"]["lag_bytes"], second, "{st}");
+    assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
 }

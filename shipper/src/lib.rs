@@ -19,15 +19,16 @@ pub mod tls;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rand::Rng;
+use tidelog_wal::control::ControlView;
 use tidelog_wal::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, TabletId, WalPos};
 use tokio::sync::{mpsc, Notify};
@@ -127,7 +128,9 @@ impl ShipState {
 /// Live counters of one tablet (atomics shared with its lane).
 #[derive(Debug, Default)]
 pub struct TabletShip {
-    durable: AtomicU64,
+    /// The tablet's control file, mapped once: status reads `durable_pos` (and
+    /// `written_pos`) live from it, whatever the tablet's shipping state.
+    control: OnceLock<ControlView>,
     shipped: AtomicU64,
     acked: AtomicU64,
     records_shipped: AtomicU64,
@@ -146,6 +149,17 @@ pub struct TabletShip {
 }
 
 impl TabletShip {
+    /// The mapped control file of the tablet in `dir`, mapping it on first use; `None`
+    /// while it cannot be opened.
+    fn control(&self, dir: &Path) -> Option<&ControlView> {
+        if let Some(c) = self.control.get() {
+            return Some(c);
+        }
+        if let Ok(Some(c)) = ControlView::open(dir) {
+            let _ = self.control.set(c);
+        }
+        self.control.get()
+    }
     fn set_state(&self, s: ShipState) {
         self.state.store(s as u8, Ordering::Relaxed);
     }
@@ -368,10 +382,25 @@ impl Shipper {
             .tablets
             .lock()
             .unwrap_or_else(|p| p.into_inner());
+        let wal_dir = &self.shared.opts.wal_dir;
         map.iter()
             .map(|(t, s)| {
-                let durable = s.durable.load(Ordering::Relaxed);
                 let acked = s.acked.load(Ordering::Relaxed);
+                // Live from the control file (one atomic load once mapped), not what the
+                // lane last saw: a paused or unconnected tablet's log still grows.
+                let (durable, end) = match s.control(&wal_dir.join(t.as_str())) {
+                    Some(c) => {
+                        let d = c.durable().0;
+                        // Lag is counted to where the tablet ships up to.
+                        let end = if self.shared.opts.ship_unsynced {
+                            c.written().0.max(d)
+                        } else {
+                            d
+                        };
+                        (d, end)
+                    }
+                    None => (0, 0),
+                };
                 let rs = s.records_shipped.load(Ordering::Relaxed);
                 let ra = s.records_acked.load(Ordering::Relaxed);
                 let state = if s.paused.load(Ordering::Relaxed) {
@@ -385,7 +414,7 @@ impl Shipper {
                         durable_pos: durable,
                         shipped_pos: s.shipped.load(Ordering::Relaxed),
                         acked_pos: acked,
-                        lag_bytes: durable.saturating_sub(acked),
+                        lag_bytes: end.saturating_sub(acked),
                         lag_records: rs.saturating_sub(ra),
                         records_shipped: rs,
                         records_acked: ra,
@@ -463,6 +492,7 @@ fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> 
         let lane = lane_of(&t, lanes.len());
         let st = Arc::new(TabletShip::default());
         st.lane.store(lane as u64, Ordering::Relaxed);
+        st.control(&shared.opts.wal_dir.join(t.as_str()));
         map.insert(t.clone(), st);
         tracing::info!(tablet = %t, lane, "tablet found");
         let _ = lanes[lane].send(LaneCmd::Add(t));
@@ -630,7 +660,7 @@ fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
         .iter()
         .map(|t| {
             let dir = shared.opts.wal_dir.join(t.as_str());
-            let (oldest, durable) = match tidelog_wal::control::ControlView::open(&dir) {
+            let (oldest, durable) = match ControlView::open(&dir) {
                 Ok(Some(c)) => (c.oldest(), c.durable()),
                 _ => (WalPos::ZERO, WalPos::ZERO),
             };
@@ -975,7 +1005,6 @@ async fn ship_stream(
                 }
                 continue;
             }
-            st.durable.store(tail.end().0, Ordering::Relaxed);
             match tail.read(pos, &mut buf, max).await {
                 Ok(Some(chunk)) => {
                     let payload = &buf[..chunk.len];
