@@ -178,8 +178,10 @@ fn set_paused(s: &Shipper, q: &TabletQuery, paused: bool) -> Result<Json<Value>,
                 .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
         })
         .transpose()?;
+    // An unknown tablet is a bad request (404 is for an unknown route); the message
+    // names it: "unknown tablet T".
     s.set_paused(t.as_ref(), paused)
-        .map_err(|e| ApiError::not_found(format!("{e:#}")))?;
+        .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
     Ok(Json(json!({"ok": true})))
 }
 

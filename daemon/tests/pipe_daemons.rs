@@ -398,3 +398,30 @@ fn shipper_status_durable_pos_is_live_without_a_connection() {
     assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
     assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
 }
+
+#[test]
+fn shipper_pause_of_an_unknown_tablet_is_a_bad_request_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 1, |i| format!("v{i}").into_bytes());
+    // No applier: the admin API answers all the same.
+    let mut shipper = c.start_shipper();
+    wait_for("the shipper's admin API", Duration::from_secs(30), || {
+        ship_row(&c, "t1").is_some()
+    });
+    for route in ["/v1/pause?tablet=nope", "/v1/resume?tablet=nope"] {
+        let (code, v) = api(&c.shipper_sock, "POST", route).unwrap();
+        assert_eq!(code, 400, "{route}: {v}");
+        assert_eq!(
+            v,
+            serde_json::json!({"error": "bad_request", "message": "unknown tablet nope"}),
+            "{route}"
+        );
+    }
+    // A known tablet still works, and an unknown route is still 404.
+    let (code, _) = api(&c.shipper_sock, "POST", "/v1/pause?tablet=t1").unwrap();
+    assert_eq!(code, 200);
+    let (code, v) = api(&c.shipper_sock, "POST", "/v1/nope").unwrap();
+    assert_eq!((code, v["error"].as_str()), (404, Some("not_found")));
+    assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+}
