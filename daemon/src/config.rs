@@ -346,9 +346,24 @@ impl ShipperConfig {
     }
 
     /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
-    /// consistent. The error names the key; callers add the file name.
+    /// consistent, `wal-dir` a directory. The error names the key; callers add the file
+    /// name.
     pub fn validate(&self) -> Result<()> {
         validate_log_level(&self.log_level)?;
+        match std::fs::metadata(&self.wal_dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!(
+                "key \"wal-dir\": {} is not a directory",
+                self.wal_dir.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                bail!("key \"wal-dir\": {} does not exist", self.wal_dir.display())
+            }
+            Err(e) => bail!(
+                "key \"wal-dir\": cannot read {}: {e}",
+                self.wal_dir.display()
+            ),
+        }
         self.tls.validate()?;
         self.quic.validate()?;
         self.applier_addr()?;
@@ -880,8 +895,22 @@ ship-unsynced = true
 
         let mut s = ShipperConfig {
             tls,
+            wal_dir: dir.path().join("wal"),
             ..ShipperConfig::default()
         };
+        let e = format!("{:#}", s.validate().unwrap_err());
+        assert!(
+            e.contains("key \"wal-dir\"") && e.contains("does not exist"),
+            "{e}"
+        );
+        std::fs::write(dir.path().join("wal"), "x").unwrap();
+        let e = format!("{:#}", s.validate().unwrap_err());
+        assert!(
+            e.contains("key \"wal-dir\"") && e.contains("not a directory"),
+            "{e}"
+        );
+        std::fs::remove_file(dir.path().join("wal")).unwrap();
+        std::fs::create_dir(dir.path().join("wal")).unwrap();
         s.validate().unwrap();
         s.reconnect_max = Duration::from_millis(1);
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("reconnect-max"));

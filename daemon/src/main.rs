@@ -97,16 +97,24 @@ enum CertsCommand {
 
 impl Command {
     /// The log filter used when neither `--log-level` nor RUST_LOG is given: a daemon's
-    /// `log-level` config key (`info` if absent or if the config cannot be read — the
-    /// daemon then fails with the config error itself), else a default per command.
+    /// `log-level` config key (`info` if absent, not a valid filter, or if the config cannot
+    /// be read — the daemon then fails with the config error itself, exit 1, naming the
+    /// file and the key), else a default per command.
     fn default_log_filter(&self) -> String {
+        let valid = |level: String| {
+            if EnvFilter::try_new(&level).is_ok() {
+                level
+            } else {
+                tidelog::config::DEFAULT_LOG_LEVEL.into()
+            }
+        };
         match self {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
             Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn".into(),
             Command::Apply(a) => tidelog::config::load_applier(&a.config)
-                .map_or_else(|_| "info".into(), |c| c.log_level),
+                .map_or_else(|_| "info".into(), |c| valid(c.log_level)),
             Command::Ship(a) => tidelog::config::load_shipper(&a.config)
-                .map_or_else(|_| "info".into(), |c| c.log_level),
+                .map_or_else(|_| "info".into(), |c| valid(c.log_level)),
             Command::Demo(_) => "warn".into(),
         }
     }

@@ -2,9 +2,11 @@
 //! axum router served in-process by `tidelog::admin::serve` on a temporary socket.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path as UrlPath, Query};
@@ -418,4 +420,100 @@ fn serve_replaces_a_stale_socket() {
         task.await.unwrap().unwrap();
     });
     assert!(!socket.exists());
+}
+
+/// `tidelog <args>` (RUST_LOG unset, so a daemon's `log-level` key counts), killed if it
+/// has not exited within `limit` (a daemon that starts instead of failing).
+fn tidelog_bounded(args: &[&str], limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tidelog {args:?} still running after {limit:?}; stderr:\n{}",
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn ship_check_needs_an_existing_wal_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = common::Cluster::new(tmp.path(), "batch", "");
+    let cfg = c.shipper_cfg.to_str().unwrap();
+    let limit = Duration::from_secs(30);
+    let out = tidelog_bounded(&["ship", "--config", cfg, "--check"], limit);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    std::fs::remove_dir(&c.wal).unwrap();
+    for check in [true, false] {
+        let mut args = vec!["ship", "--config", cfg];
+        if check {
+            args.push("--check");
+        }
+        let out = tidelog_bounded(&args, limit);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{cfg}: key \"wal-dir\": {} does not exist",
+                c.wal.display()
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
+    }
+    std::fs::write(&c.wal, "not a directory").unwrap();
+    let out = tidelog_bounded(&["ship", "--config", cfg, "--check"], limit);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{cfg}: key \"wal-dir\": {} is not a directory",
+            c.wal.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bad_log_level_is_a_config_error_naming_the_file_and_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = common::Cluster::new(tmp.path(), "batch", "");
+    let limit = Duration::from_secs(30);
+    for (cmd, path) in [("apply", &c.applier_cfg), ("ship", &c.shipper_cfg)] {
+        let cfg = path.to_str().unwrap();
+        let good = std::fs::read_to_string(path).unwrap();
+        // Top-level keys come before the [tls] table.
+        std::fs::write(path, format!("log-level = \"tidelog=notalevel\"\n{good}")).unwrap();
+        for check in [true, false] {
+            let mut args = vec![cmd, "--config", cfg];
+            if check {
+                args.push("--check");
+            }
+            let out = tidelog_bounded(&args, limit);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("{cfg}: key \"log-level\": invalid filter")),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains("tidelog=notalevel"), "{args:?}: {err}");
+        }
+        std::fs::write(path, good).unwrap();
+        let out = tidelog_bounded(&[cmd, "--config", cfg, "--check"], limit);
+        assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
+    }
 }
