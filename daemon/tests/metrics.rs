@@ -22,22 +22,9 @@ fn free_tcp_port() -> u16 {
 
 /// `/metrics` through the admin socket.
 fn scrape_socket(socket: &Path) -> String {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let a = rt
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                tidelog::ctl::call(socket, axum::http::Method::GET, "/metrics"),
-            )
-            .await
-        })
-        .unwrap()
-        .unwrap();
-    assert_eq!(a.status.as_u16(), 200);
-    String::from_utf8(a.body.to_vec()).unwrap()
+    let (status, text) = scrape(socket).expect("the daemon answering /metrics");
+    assert_eq!(status, 200);
+    text
 }
 
 /// `/metrics` over plain HTTP on `metrics-listen`.

@@ -272,21 +272,7 @@ fn ship_row(c: &Cluster, tablet: &str) -> Option<serde_json::Value> {
 
 /// A per-tablet sample of the shipper's Prometheus metrics.
 fn ship_metric(c: &Cluster, name: &str, tablet: &str) -> Option<u64> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let a = rt
-        .block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(5),
-                tidelog::ctl::call(&c.shipper_sock, axum::http::Method::GET, "/metrics"),
-            )
-            .await
-        })
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8(a.body.to_vec()).ok()?;
+    let (_, text) = scrape(&c.shipper_sock)?;
     let prefix = format!("{name}{{tablet=\"{tablet}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))

@@ -201,6 +201,26 @@ pub fn api(socket: &Path, method: &str, path: &str) -> Option<(u16, Value)> {
     Some((a.status.as_u16(), v))
 }
 
+/// `GET /metrics` on an admin socket: the status and the Prometheus text; `None` while the
+/// daemon is not answering.
+pub fn scrape(socket: &Path) -> Option<(u16, String)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let a = rt
+        .block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                tidelog::ctl::call(socket, axum::http::Method::GET, "/metrics"),
+            )
+            .await
+        })
+        .ok()?
+        .ok()?;
+    Some((a.status.as_u16(), String::from_utf8(a.body.to_vec()).ok()?))
+}
+
 pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {
