@@ -405,6 +405,9 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
             }
         }
         if !batch.is_empty() {
+            if let Some(c) = &cfg.consistency {
+                c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));
+            }
             let end = Reader::position(r);
             let started = Instant::now();
             let out = match store.apply(tablet, &batch, end, cfg.durability) {

@@ -72,6 +72,10 @@ pub struct Consistency {
     cut: AtomicU64,
     /// Beats once per publisher iteration (at least every 50 ms).
     heartbeat: Heartbeat,
+    /// Records (not heartbeats) applied at or below the published safe time: only a tablet
+    /// that registered after the safe time passed its records can have them (see
+    /// [`Consistency::check_below_safe_time`]).
+    below_safe_time: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,6 +159,7 @@ impl Consistency {
             publisher: Mutex::new(None),
             cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
             heartbeat: Heartbeat::new(),
+            below_safe_time: AtomicU64::new(0),
         });
         Ok(c)
     }
@@ -197,6 +202,51 @@ impl Consistency {
             }
         }
         self.kick();
+    }
+
+    /// Before tablet `t` applies `records`: counts (and logs) those at or below the
+    /// published safe time. A registered tablet never has any (the safe time is at most its
+    /// own); a tablet the target learns of only after the safe time passed its first
+    /// records — one created at the source while running, announced at the shipper's next
+    /// scan — does, and consistent reads at times between its first record and its
+    /// registration did not see them. Nothing can take the safe time back: this makes it
+    /// visible (`tidelog_applier_records_below_safe_time_total`).
+    pub fn check_below_safe_time<'a>(
+        &self,
+        t: &TabletId,
+        records: impl IntoIterator<Item = &'a tidelog_wal::Record>,
+    ) {
+        let Some(safe) = self.safe_time() else {
+            return;
+        };
+        let mut n = 0u64;
+        let mut first = None;
+        for r in records {
+            if r.ht > safe {
+                break;
+            }
+            if !matches!(r.body, tidelog_wal::Body::Heartbeat) {
+                n += 1;
+                first.get_or_insert(r.ht);
+            }
+        }
+        if let Some(first) = first {
+            self.below_safe_time.fetch_add(n, Ordering::Relaxed);
+            tracing::error!(
+                tablet = %t,
+                records = n,
+                first_ht = %first,
+                safe_time = %safe,
+                "records at or below the published safe time: the tablet was registered after \
+                 the safe time passed them (a tablet added while running); consistent reads \
+                 between its first record and its registration did not include them"
+            );
+        }
+    }
+
+    /// Records counted by [`Consistency::check_below_safe_time`] since start.
+    pub fn records_below_safe_time(&self) -> u64 {
+        self.below_safe_time.load(Ordering::Relaxed)
     }
 
     /// Parts tablet `t`'s worker must apply now.

@@ -184,6 +184,17 @@ pub fn applier(s: &ApplierState) -> String {
     );
     m.sample("tidelog_applier_role", &[("role", role)], 1);
 
+    m.family(
+        "tidelog_applier_records_below_safe_time_total",
+        Kind::Counter,
+        "Records applied at or below the published safe time: a tablet registered after the safe time passed its records (added while running); consistent reads before it registered did not include them.",
+    );
+    m.sample(
+        "tidelog_applier_records_below_safe_time_total",
+        &[],
+        s.consistency.records_below_safe_time(),
+    );
+
     // Safe time (DESIGN §5): the global one, its lag behind the wall clock, the skew.
     m.family(
         "tidelog_applier_safe_time_initialized",
