@@ -4,7 +4,7 @@
 //!
 //! | # | found | action |
 //! |---|-------|--------|
-//! | 1 | `*.partial` file (interrupted atomic write or segment creation) | delete it |
+//! | 1 | `*.partial` file (interrupted atomic write or segment creation), except `acked.partial` (the shipper's write of `acked` in progress, from another process) | delete it |
 //! | 2 | a file that is not a segment, `control` or `acked` | error naming the file |
 //! | 3 | no segment at all | new log: create the first segment |
 //! | 4 | a segment header with bad magic, version, checksum, tablet or position | error naming file, offset 0 |

@@ -16,6 +16,9 @@ use crate::ids::TabletId;
 use crate::pos::WalPos;
 use crate::retention::ACKED_FILE;
 
+/// The acked file's write in progress (`fsutil::write_atomic` of [`ACKED_FILE`]).
+const ACKED_PARTIAL: &str = "acked.partial";
+
 pub(crate) const SEGMENT_SUFFIX: &str = ".seg";
 
 /// The next segment, prepared ahead of a rotation (preallocated, mapped, no header yet).
@@ -60,7 +63,10 @@ pub(crate) fn list_dir(dir: &Path) -> Result<Listing> {
                 reason: "file name is not UTF-8".into(),
             });
         };
-        if name == CONTROL_FILE || name == ACKED_FILE {
+        // `acked.partial` is the acked file's atomic write in progress — the shipper's, in
+        // another process: neither ours to delete (that broke its rename, or this open when
+        // the rename won) nor a problem if left over (its next write truncates it).
+        if name == CONTROL_FILE || name == ACKED_FILE || name == ACKED_PARTIAL {
             continue;
         }
         if name.ends_with(".partial") {

@@ -224,6 +224,13 @@ fn none_commits_mixed_with_durable_policies_across_rotations() {
     assert_eq!(w.written_pos(), end);
     assert_eq!(w.recovery_report().dropped_bytes, 0);
     assert!(!d.path().join("mix").join("spare.seg.partial").exists());
+    drop(w);
+    // The shipper's `acked` write in progress is another process's: left alone, and no error.
+    let acked_partial = d.path().join("mix").join("acked.partial");
+    std::fs::write(&acked_partial, b"in flight").unwrap();
+    let w = Writer::open(d.path(), &t, opts(8192)).unwrap();
+    assert_eq!(w.written_pos(), end);
+    assert_eq!(std::fs::read(&acked_partial).unwrap(), b"in flight");
 }
 
 /// `Reader::read_at` finds records in segments created after the reader listed the
