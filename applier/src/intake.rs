@@ -849,7 +849,8 @@ async fn serve_tablet_stream(
         r = send_acks(&tablet, send, durable, start.pos, stream_id, erx) => r,
         r = receive_frames(&shared, &ti, recv, start.pos, stream_id, conn_id, etx) => r,
     };
-    if ti.state() == TabletState::Streaming {
+    // Unless a newer connection (the shipper reconnected) has the tablet streaming by now.
+    if ti.state() == TabletState::Streaming && shared.owned_by(&ti, conn_id) {
         ti.state
             .store(TabletState::Disconnected as u8, Ordering::SeqCst);
     }
@@ -926,6 +927,17 @@ async fn receive_frames(
                 return Ok(());
             }
             Err(e) => {
+                // The stream or connection ended under us (a shipper stopping, a network
+                // failure): not the frame's fault, and nobody to tell. A stream that ends
+                // inside a message is a bad frame, below.
+                let ended = e.downcast_ref::<quinn::ReadError>().is_some()
+                    || matches!(
+                        e.downcast_ref::<quinn::ReadExactError>(),
+                        Some(quinn::ReadExactError::ReadError(_))
+                    );
+                if ended {
+                    return Err(e.context(format!("tablet {tablet}: stream ended")));
+                }
                 if let Some(w) = e.downcast_ref::<wire::WireError>() {
                     ti.count_frame_error(matches!(
                         w,

@@ -411,3 +411,59 @@ fn shipper_pause_of_an_unknown_tablet_is_a_bad_request_naming_it() {
     assert_eq!((code, v["error"].as_str()), (404, Some("not_found")));
     assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
 }
+
+/// A shipper that restarts (SIGTERM, started again at once) takes its tablets over from its
+/// old connections, whose streams end a little later: the applier's status must still say
+/// `streaming` for them (the old streams' teardown used to mark them `disconnected` while
+/// their data kept flowing), and a clean stop is no "corrupt frame".
+#[test]
+fn applier_status_stays_streaming_across_a_shipper_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "lanes = 4\n");
+    let tablets = ["a", "b", "c"];
+    for t in tablets {
+        write_records(&c.wal, t, 3, |i| format!("v{i}").into_bytes());
+    }
+    let mut applier = c.start_applier();
+    let states = |c: &Cluster| -> Vec<(String, u64)> {
+        let Some((200, st)) = api(&c.applier_sock, "GET", "/v1/status") else {
+            return Vec::new();
+        };
+        tablets
+            .iter()
+            .map(|t| {
+                let row = &st["tablets"][*t];
+                (
+                    row["state"].as_str().unwrap_or("").to_string(),
+                    row["received_pos"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    let streaming_past = |c: &Cluster, ends: &[u64]| {
+        let s = states(c);
+        s.len() == ends.len()
+            && s.iter()
+                .zip(ends)
+                .all(|((state, pos), end)| state == "streaming" && pos >= end)
+    };
+    for round in 0..3 {
+        let mut shipper = c.start_shipper();
+        for t in tablets {
+            write_records(&c.wal, t, 2, |i| format!("r{round}-{i}").into_bytes());
+        }
+        let ends: Vec<u64> = tablets.iter().map(|t| control_durable(&c.wal, t)).collect();
+        wait_for(
+            &format!("round {round}: every tablet streaming and received"),
+            Duration::from_secs(20),
+            || streaming_past(&c, &ends),
+        );
+        assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+    }
+    let log = std::fs::read_to_string(c.root.join("applier.log")).unwrap();
+    assert!(
+        !log.contains("corrupt frame"),
+        "a clean stop is not a corrupt frame"
+    );
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}
