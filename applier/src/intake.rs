@@ -290,7 +290,11 @@ impl Intake {
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
-        let endpoint = quinn::Endpoint::server(sc, opts.listen)
+        let ec = crate::tls::endpoint_config(&opts.data_dir)?;
+        let socket = std::net::UdpSocket::bind(opts.listen)
+            .with_context(|| format!("listening on udp {}", opts.listen))?;
+        let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
+        let endpoint = quinn::Endpoint::new(ec, Some(sc), socket, runtime)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
         let shared = Arc::new(Shared {
             opts,

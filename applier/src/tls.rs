@@ -38,6 +38,95 @@ pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
     Ok(tc)
 }
 
+/// The file under `data_dir` holding the key of the QUIC stateless-reset tokens.
+pub const RESET_KEY_FILE: &str = "quic-reset.key";
+const RESET_KEY_LEN: usize = 64;
+
+/// The QUIC endpoint config, with the stateless-reset key kept in `data_dir`
+/// ([`RESET_KEY_FILE`], 64 random bytes, mode 0600, made on first start).
+///
+/// A restarted applier must be able to reset the connections of the process before it: a
+/// shipper whose applier was SIGKILLed keeps sending on its old connection, and only a
+/// stateless reset carrying the token the old process gave out — an HMAC of the connection
+/// id under this key — ends it at once. With a key made anew at each start (quinn's
+/// default) the shipper ignored the resets and waited out the idle timeout (30 s) before it
+/// reconnected, while the safe time stood still.
+///
+/// Connection ids are random (quinn's default signs them with a key made at start, and a
+/// new process dropped the old connections' packets as invalid before it could reset them).
+pub fn endpoint_config(data_dir: &std::path::Path) -> Result<quinn::EndpointConfig> {
+    let key = reset_key(data_dir)?;
+    let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut c = quinn::EndpointConfig::new(Arc::new(hmac));
+    c.cid_generator(|| Box::new(RandomCids(ring::rand::SystemRandom::new())));
+    Ok(c)
+}
+
+/// 8 random bytes per connection id; every id is taken as possibly ours (the trait's
+/// `validate`), so a packet for a connection of a previous process gets a stateless reset.
+struct RandomCids(ring::rand::SystemRandom);
+
+impl quinn::ConnectionIdGenerator for RandomCids {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        let mut b = [0u8; 8];
+        if ring::rand::SecureRandom::fill(&self.0, &mut b).is_err() {
+            // The system's randomness failing is not survivable anyway; fall back to a
+            // time-seeded value rather than a constant.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            b = t.to_le_bytes();
+        }
+        quinn::ConnectionId::new(&b)
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
+
+fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join(RESET_KEY_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => {
+            return b.as_slice().try_into().map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: the QUIC reset key must be {RESET_KEY_LEN} bytes, found {} (delete the file to make a new one)",
+                    path.display(),
+                    b.len()
+                )
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let mut key = [0u8; RESET_KEY_LEN];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .map_err(|_| anyhow::anyhow!("no randomness for the QUIC reset key"))?;
+    let partial = data_dir.join(format!("{RESET_KEY_FILE}.partial"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    f.write_all(&key)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", partial.display()))?;
+    std::fs::rename(&partial, &path).with_context(|| format!("renaming {}", partial.display()))?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("syncing {}", data_dir.display()))?;
+    Ok(key)
+}
+
 /// The applier's QUIC server config: requires a client certificate signed by `m.ca`.
 pub fn server_config(m: TlsMaterial, t: &QuicTuning) -> Result<quinn::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -466,4 +467,46 @@ fn applier_status_stays_streaming_across_a_shipper_restart() {
         "a clean stop is not a corrupt frame"
     );
     assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}
+
+/// After an applier is SIGKILLed and started again, the shipper's old connection is reset
+/// by the new process (the stateless-reset key is kept in the data directory) and the
+/// stream resumes at once — not after the QUIC idle timeout (30 s here), while the safe
+/// time stood still.
+#[test]
+fn a_restarted_applier_resets_the_old_connection_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
+        let text = std::fs::read_to_string(cfg).unwrap();
+        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
+        assert_ne!(text, longer, "the kit's idle timeout");
+        std::fs::write(cfg, longer).unwrap();
+    }
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let mut applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    let received = |c: &Cluster| -> u64 {
+        api(&c.applier_sock, "GET", "/v1/status")
+            .and_then(|(_, st)| st["tablets"]["t1"]["received_pos"].as_u64())
+            .unwrap_or(0)
+    };
+    let end = control_durable(&c.wal, "t1");
+    wait_for("t1 received", Duration::from_secs(20), || {
+        received(&c) >= end
+    });
+    let key = c.data.join("quic-reset.key");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the reset key is private");
+    applier.kill9();
+    let _applier = c.start_applier();
+    write_records(&c.wal, "t1", 2, |i| format!("w{i}").into_bytes());
+    let end = control_durable(&c.wal, "t1");
+    let t0 = std::time::Instant::now();
+    wait_for(
+        "t1's new records received by the restarted applier well within the idle timeout",
+        Duration::from_secs(10),
+        || received(&c) >= end,
+    );
+    eprintln!("resumed {:?} after the restart", t0.elapsed());
 }
