@@ -320,8 +320,11 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
 
     // The workload, on its own thread.
     let stop = Arc::new(AtomicBool::new(false));
-    let committed = Arc::new(AtomicU64::new(0));
-    let bytes = Arc::new(AtomicU64::new(0));
+    // The generator's own once-a-second rates (txn/s, MB/s as f64 bits; u64::MAX before its
+    // first report): this loop's ticks are not in step with its reports, so counts sampled
+    // here would show 0 one second and double the next.
+    let txn_rate = Arc::new(AtomicU64::new(u64::MAX));
+    let mb_rate = Arc::new(AtomicU64::new(u64::MAX));
     let mut lo = LoadOptions::new(Workload::Bank, &wal);
     lo.tablets = args.tablets;
     lo.rate = args.rate;
@@ -331,29 +334,32 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     // Safe time is the minimum over tablets: a tablet that goes without a record holds it
     // back until its heartbeat, so heartbeats come quickly here (8 tablets × 200/s).
     lo.heartbeat_interval = Duration::from_millis(5);
-    let (st2, c2, b2) = (stop.clone(), committed.clone(), bytes.clone());
+    let (st2, t2, m2) = (stop.clone(), txn_rate.clone(), mb_rate.clone());
     let load = std::thread::Builder::new()
         .name("bank".into())
         .spawn(move || {
+            let (mut last_b, mut last_t) = (0u64, Duration::ZERO);
             load::run(lo, &st2, |p| {
-                c2.store(p.committed, Ordering::Relaxed);
-                b2.store(p.bytes, Ordering::Relaxed);
+                let dt = (p.elapsed - last_t).as_secs_f64().max(1e-3);
+                t2.store(p.interval_txn_per_s.to_bits(), Ordering::Relaxed);
+                let mb = p.bytes.saturating_sub(last_b) as f64 / dt / 1e6;
+                m2.store(mb.to_bits(), Ordering::Relaxed);
+                (last_b, last_t) = (p.bytes, p.elapsed);
             })
         })?;
 
     let started = Instant::now();
     let mut lags: Vec<u64> = Vec::new();
-    let (mut checks, mut last_c, mut last_b, mut last_t) = (0u32, 0u64, 0u64, Instant::now());
+    let mut checks = 0u32;
     let expected = args.accounts * 1000;
     while !load.is_finished() {
         std::thread::sleep(Duration::from_millis(1000));
         applier.check_alive()?;
         shipper.check_alive()?;
-        let (c, b) = (
-            committed.load(Ordering::Relaxed),
-            bytes.load(Ordering::Relaxed),
-        );
-        let dt = last_t.elapsed().as_secs_f64().max(1e-3);
+        let rate = |r: &AtomicU64| match r.load(Ordering::Relaxed) {
+            u64::MAX => 0.0,
+            bits => f64::from_bits(bits),
+        };
         let (_, st) = api.get("/v1/safe-time").unwrap_or((0, Value::Null));
         let lag = st["lag_ms"].as_u64();
         if let Some(l) = lag {
@@ -374,11 +380,10 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         println!(
             "  {:>4.1}s  {:>8.0} txn/s  {:>6.2} MB/s  safe-time lag {:>6}  bank {check}",
             started.elapsed().as_secs_f64(),
-            (c - last_c) as f64 / dt,
-            (b - last_b) as f64 / dt / 1e6,
+            rate(&txn_rate),
+            rate(&mb_rate),
             lag.map_or("-".into(), |l| format!("{l} ms")),
         );
-        (last_c, last_b, last_t) = (c, b, Instant::now());
     }
     let summary = load
         .join()
