@@ -58,26 +58,17 @@ pub fn endpoint_config(data_dir: &std::path::Path) -> Result<quinn::EndpointConf
     let key = reset_key(data_dir)?;
     let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
     let mut c = quinn::EndpointConfig::new(Arc::new(hmac));
-    c.cid_generator(|| Box::new(RandomCids(ring::rand::SystemRandom::new())));
+    c.cid_generator(|| Box::new(RandomCids));
     Ok(c)
 }
 
 /// 8 random bytes per connection id; every id is taken as possibly ours (the trait's
 /// `validate`), so a packet for a connection of a previous process gets a stateless reset.
-struct RandomCids(ring::rand::SystemRandom);
+struct RandomCids;
 
 impl quinn::ConnectionIdGenerator for RandomCids {
     fn generate_cid(&mut self) -> quinn::ConnectionId {
-        let mut b = [0u8; 8];
-        if ring::rand::SecureRandom::fill(&self.0, &mut b).is_err() {
-            // The system's randomness failing is not survivable anyway; fall back to a
-            // time-seeded value rather than a constant.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            b = t.to_le_bytes();
-        }
-        quinn::ConnectionId::new(&b)
+        quinn::ConnectionId::new(&rand::random::<[u8; 8]>())
     }
 
     fn cid_len(&self) -> usize {
@@ -106,9 +97,8 @@ fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     }
-    let mut key = [0u8; RESET_KEY_LEN];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
-        .map_err(|_| anyhow::anyhow!("no randomness for the QUIC reset key"))?;
+    // rand's thread generator: a CSPRNG seeded from the operating system.
+    let key: [u8; RESET_KEY_LEN] = rand::random();
     let partial = data_dir.join(format!("{RESET_KEY_FILE}.partial"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
