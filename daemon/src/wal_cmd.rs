@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{DEFAULT_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use tidelog_wal::json::{from_json_line, write_json_line, JsonError};
+use tidelog_wal::json::{from_json_line_or, write_json_line};
 use tidelog_wal::reader::list_tablets;
 use tidelog_wal::{
     Error as WalError, HybridTime, ReadLimit, Reader, Record, SyncPolicy, TabletId, WalOptions,
@@ -248,27 +248,7 @@ fn append(a: &AppendArgs) -> Result<()> {
 /// Parses one input line; with `default_tablet`, a line without a `tablet` field is that
 /// tablet's and a line naming another tablet is refused.
 fn parse_line(line: &str, default_tablet: Option<&TabletId>) -> Result<(TabletId, Record)> {
-    let parsed = match (from_json_line(line), default_tablet) {
-        (
-            Err(JsonError::Missing {
-                field: "tablet", ..
-            }),
-            Some(t),
-        ) => {
-            // The line is a JSON object without "tablet" (the parser checked that much):
-            // name the tablet in it and parse again. Tablet ids need no JSON escaping.
-            let body = line.trim_start_matches([' ', '\t', '\r', '\n']);
-            let rest = body.strip_prefix('{').unwrap_or(body);
-            let sep = if rest.trim_start().starts_with('}') {
-                ""
-            } else {
-                ","
-            };
-            from_json_line(&format!("{{\"tablet\":\"{t}\"{sep}{rest}"))
-        }
-        (r, _) => r,
-    };
-    let (tablet, rec) = parsed?;
+    let (tablet, rec) = from_json_line_or(line, default_tablet)?;
     if let Some(t) = default_tablet {
         if tablet != *t {
             bail!("the line's tablet {tablet} is not the tablet given with --tablet {t}");

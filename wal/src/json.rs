@@ -400,6 +400,14 @@ fn bounded(s: &str) -> String {
 /// A [`JsonError`] naming the offending field when the line is not JSON, not an object, has
 /// an unknown, repeated, missing or (for its kind) misplaced field, or a bad value.
 pub fn from_json_line(line: &str) -> Result<(TabletId, Record), JsonError> {
+    from_json_line_or(line, None)
+}
+
+/// [`from_json_line`], with `default_tablet` the tablet of a line without a `tablet` field.
+pub fn from_json_line_or(
+    line: &str,
+    default_tablet: Option<&TabletId>,
+) -> Result<(TabletId, Record), JsonError> {
     let top: J = serde_json::from_str(line).map_err(|e| JsonError::Syntax(e.to_string()))?;
     let fields = match top {
         J::Obj(fields) => fields,
@@ -448,7 +456,10 @@ pub fn from_json_line(line: &str) -> Result<(TabletId, Record), JsonError> {
     let require = |j: Option<J>, field: &'static str, required_on: &'static str| {
         j.ok_or(JsonError::Missing { field, required_on })
     };
-    let tablet = parse_tablet(require(tablet, "tablet", "every record")?, "tablet")?;
+    let tablet = match (tablet, default_tablet) {
+        (None, Some(t)) => t.clone(),
+        (j, _) => parse_tablet(require(j, "tablet", "every record")?, "tablet")?,
+    };
     let ht = parse_ht(require(ht, "ht", "every record")?)?;
     let txn = || -> Result<TxnId, JsonError> {
         parse_str_field(require(txn, "txn", required_on)?, "txn")
