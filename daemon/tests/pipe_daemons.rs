@@ -343,16 +343,7 @@ fn shipper_status_durable_pos_is_live_without_a_connection() {
     let c = Cluster::new(tmp.path(), "batch", "");
     // The shipper trusts another CA: its lane never connects to the applier.
     let other = tmp.path().join("other-tls");
-    let st = std::process::Command::new(bin())
-        .args(["certs", "init", "--dir"])
-        .arg(&other)
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    certs_init(&other);
     let cfg = std::fs::read_to_string(&c.shipper_cfg).unwrap();
     let ca = tmp.path().join("tls").join("ca.pem").display().to_string();
     assert!(cfg.contains(&ca));

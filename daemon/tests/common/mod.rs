@@ -43,16 +43,7 @@ impl Cluster {
 
     /// Like `new`, with extra top-level applier keys (e.g. `max-staleness = "1m"\n`).
     pub fn with(root: &Path, sync: &str, extra_applier: &str, extra_shipper: &str) -> Cluster {
-        let st = Command::new(bin())
-            .args(["certs", "init", "--dir"])
-            .arg(root.join("tls"))
-            .output()
-            .unwrap();
-        assert!(
-            st.status.success(),
-            "certs init: {}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        certs_init(&root.join("tls"));
         let port = free_udp_port();
         let c = Cluster {
             root: root.to_path_buf(),
@@ -182,6 +173,20 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// `tidelog certs init --dir dir`: a CA and the two ends' certificates.
+pub fn certs_init(dir: &Path) {
+    let st = Command::new(bin())
+        .args(["certs", "init", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "certs init: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
 }
 
 /// GET (or POST) a route on an admin socket; `None` while the daemon is not answering.
