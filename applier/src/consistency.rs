@@ -207,9 +207,9 @@ impl Consistency {
     /// Before tablet `t` applies `records`: counts (and logs) those at or below the
     /// published safe time. A registered tablet never has any (the safe time is at most its
     /// own); a tablet the target learns of only after the safe time passed its first
-    /// records — one created at the source while running, announced at the shipper's next
-    /// scan — does, and consistent reads at times between its first record and its
-    /// registration did not see them. Nothing can take the safe time back: this makes it
+    /// records — a shipper started late, or a new tablet whose records carry old hts —
+    /// does, and consistent reads at times between its first record and its registration
+    /// did not see them. Nothing can take the safe time back: this makes it
     /// visible (`tidelog_applier_records_below_safe_time_total`).
     pub fn check_below_safe_time<'a>(
         &self,

@@ -16,6 +16,7 @@
 pub mod io;
 pub mod tail;
 pub mod tls;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -58,7 +59,8 @@ pub struct ShipperOptions {
     /// Ship up to `written_pos` instead of `durable_pos`.
     pub ship_unsynced: bool,
     pub quic: wire::QuicTuning,
-    /// How often `wal_dir` is scanned for new tablets.
+    /// How often `wal_dir` is scanned for new tablets anyway (inotify finds them at once
+    /// where it is available).
     pub rescan_interval: Duration,
     /// How often the source's `acked` files are rewritten (each write is two fsyncs).
     pub acked_interval: Duration,
@@ -240,7 +242,8 @@ fn lane_of(t: &TabletId, lanes: usize) -> usize {
 
 impl Shipper {
     /// Picks the I/O engine, starts the lanes and the scanner. The tablets found under
-    /// `wal_dir` are announced at once; later ones within `rescan_interval`.
+    /// `wal_dir` are announced at once; later ones as soon as inotify reports them (else
+    /// within `rescan_interval`).
     pub fn start(mut opts: ShipperOptions, tls: TlsMaterial) -> Result<Shipper> {
         let (engine, note) = io::choose(opts.io_engine).map_err(anyhow::Error::msg)?;
         if let Some(n) = &note {
@@ -500,18 +503,47 @@ fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> 
     Ok(())
 }
 
+/// Finds tablets that appear under `wal_dir`: at once through inotify (a new directory, then
+/// its `control` file — the writer creates that before its first record), and by a rescan
+/// every `rescan_interval` in any case (and only so where inotify is unavailable). A tablet
+/// counts for the target's safe time from its announcement on, so the sooner the better:
+/// found a second later, its first records may already be below the safe time.
 fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
     let step = Duration::from_millis(50);
+    let mut watch = match watch::DirWatch::new(&shared.opts.wal_dir) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "watching {} for new tablets: {e}; finding them by rescans every {:?}",
+                shared.opts.wal_dir.display(),
+                shared.opts.rescan_interval
+            );
+            None
+        }
+    };
     let mut next = Instant::now() + shared.opts.rescan_interval;
     while !shared.shutdown.load(Ordering::SeqCst) {
         shared.scanner_beat.beat();
-        std::thread::sleep(step);
-        if Instant::now() < next {
+        let changed = match &mut watch {
+            Some(w) => w.wait(step),
+            None => {
+                std::thread::sleep(step);
+                false
+            }
+        };
+        if !changed && Instant::now() < next {
             continue;
         }
         next = Instant::now() + shared.opts.rescan_interval;
         if let Err(e) = scan_once(&shared, &lanes) {
             tracing::warn!("{e:#}");
+        }
+        if let Some(w) = &mut watch {
+            let known = shared.tablets.lock().unwrap_or_else(|p| p.into_inner());
+            w.forget(|name| {
+                name.parse::<TabletId>()
+                    .is_ok_and(|t| known.contains_key(&t))
+            });
         }
     }
 }

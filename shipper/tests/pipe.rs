@@ -231,3 +231,41 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
     s2.shutdown();
     rt.block_on(intake.shutdown());
 }
+
+/// A tablet created while the shipper runs is found at once (inotify on the WAL directory),
+/// not at the next rescan (an hour away here): it counts for the target's safe time only
+/// from its announcement on.
+#[test]
+fn a_tablet_created_while_running_is_shipped_without_waiting_for_a_rescan() {
+    let p = pki("t");
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    let addr = intake.local_addr().unwrap();
+    let mut first = source(src.path(), &tablet(0), 64 << 10);
+    write_records(&mut first, 0, 10, 10);
+    let mut o = shipper_opts(src.path(), addr, IoChoice::Std, 1);
+    o.rescan_interval = Duration::from_secs(3600);
+    let shipper = Shipper::start(o, client_tls(&p)).unwrap();
+    let end = first.written_pos();
+    wait_for("tablet 0 received", Duration::from_secs(20), || {
+        intake
+            .tablet(&tablet(0))
+            .is_some_and(|ti| ti.received_pos() >= end)
+    });
+    let mut late = source(src.path(), &tablet(1), 64 << 10);
+    write_records(&mut late, 0, 10, 10);
+    let end = late.written_pos();
+    wait_for(
+        "the new tablet received, long before a rescan",
+        Duration::from_secs(10),
+        || {
+            intake
+                .tablet(&tablet(1))
+                .is_some_and(|ti| ti.received_pos() >= end)
+        },
+    );
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}
