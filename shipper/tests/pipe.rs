@@ -29,6 +29,19 @@ fn start_intake(rt: &tokio::runtime::Runtime, p: &Pki, dir: &std::path::Path) ->
     Intake::start(o, server_tls(p), None).unwrap()
 }
 
+/// Waits until the intake holds tablet `t` durably up to `end`.
+fn wait_received(
+    intake: &Intake,
+    t: &tidelog_wal::TabletId,
+    end: tidelog_wal::WalPos,
+    what: &str,
+    limit: Duration,
+) {
+    wait_for(&format!("{what} ({t} received up to {end})"), limit, || {
+        intake.tablet(t).is_some_and(|ti| ti.received_pos() >= end)
+    });
+}
+
 fn shipper_opts(
     wal: &std::path::Path,
     addr: SocketAddr,
@@ -71,12 +84,12 @@ fn ships_8_tablets(io: IoChoice, lanes: usize) {
     write_records(&mut late, 0, 100, 10);
     writers.push(late);
     for (i, w) in writers.iter().enumerate() {
-        let t = tablet(i);
-        let end = w.written_pos();
-        wait_for(
-            &format!("{t} received up to {end}"),
+        wait_received(
+            &intake,
+            &tablet(i),
+            w.written_pos(),
+            "shipped",
             Duration::from_secs(60),
-            || intake.tablet(&t).is_some_and(|ti| ti.received_pos() >= end),
         );
     }
     // Record for record identical, and the acks reached the shipper.
@@ -193,11 +206,13 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
     o1.shipper_id = "host-a".into();
     let s1 = Shipper::start(o1, client_tls(&p)).unwrap();
     let end = w1.written_pos();
-    wait_for("host-a streams", Duration::from_secs(20), || {
-        intake
-            .tablet(&tablet(0))
-            .is_some_and(|t| t.received_pos() >= end)
-    });
+    wait_received(
+        &intake,
+        &tablet(0),
+        end,
+        "host-a streams",
+        Duration::from_secs(20),
+    );
     let mut w2 = source(src2.path(), &tablet(0), 64 << 10);
     write_records(&mut w2, 100, 30, 10);
     let mut o2 = shipper_opts(src2.path(), addr, IoChoice::Auto, 1);
@@ -216,15 +231,12 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
     assert_eq!(intake.tablet(&tablet(0)).unwrap().received_pos(), end);
     // host-a goes away (cleanly: its connection closes); host-b asks again and takes over.
     s1.shutdown();
-    let end2 = w2.written_pos();
-    wait_for(
+    wait_received(
+        &intake,
+        &tablet(0),
+        w2.written_pos(),
         "host-b takes over after host-a left",
         Duration::from_secs(30),
-        || {
-            intake
-                .tablet(&tablet(0))
-                .is_some_and(|t| t.received_pos() >= end2)
-        },
     );
     let got = read_all(&dst.path().join("received"), &tablet(0));
     assert!(got == read_all(src2.path(), &tablet(0)));
@@ -248,23 +260,21 @@ fn a_tablet_created_while_running_is_shipped_without_waiting_for_a_rescan() {
     let mut o = shipper_opts(src.path(), addr, IoChoice::Std, 1);
     o.rescan_interval = Duration::from_secs(3600);
     let shipper = Shipper::start(o, client_tls(&p)).unwrap();
-    let end = first.written_pos();
-    wait_for("tablet 0 received", Duration::from_secs(20), || {
-        intake
-            .tablet(&tablet(0))
-            .is_some_and(|ti| ti.received_pos() >= end)
-    });
+    wait_received(
+        &intake,
+        &tablet(0),
+        first.written_pos(),
+        "tablet 0",
+        Duration::from_secs(20),
+    );
     let mut late = source(src.path(), &tablet(1), 64 << 10);
     write_records(&mut late, 0, 10, 10);
-    let end = late.written_pos();
-    wait_for(
-        "the new tablet received, long before a rescan",
+    wait_received(
+        &intake,
+        &tablet(1),
+        late.written_pos(),
+        "the new tablet, long before a rescan",
         Duration::from_secs(10),
-        || {
-            intake
-                .tablet(&tablet(1))
-                .is_some_and(|ti| ti.received_pos() >= end)
-        },
     );
     shipper.shutdown();
     rt.block_on(intake.shutdown());
