@@ -81,8 +81,6 @@ impl quinn::ConnectionIdGenerator for RandomCids {
 }
 
 fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = data_dir.join(RESET_KEY_FILE);
     match std::fs::read(&path) {
         Ok(b) => {
@@ -99,21 +97,7 @@ fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
     }
     // rand's thread generator: a CSPRNG seeded from the operating system.
     let key: [u8; RESET_KEY_LEN] = rand::random();
-    let partial = data_dir.join(format!("{RESET_KEY_FILE}.partial"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&partial)
-        .with_context(|| format!("creating {}", partial.display()))?;
-    f.write_all(&key)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", partial.display()))?;
-    std::fs::rename(&partial, &path).with_context(|| format!("renaming {}", partial.display()))?;
-    std::fs::File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("syncing {}", data_dir.display()))?;
+    tidelog_wal::write_atomic_private(&path, &key)?;
     Ok(key)
 }
 

@@ -41,8 +41,8 @@ use std::collections::BinaryHeap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -479,10 +479,9 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     };
 
     let stop = Arc::new(AtomicBool::new(false));
-    // The generator's own once-a-second rate: the bench's ticks are not in step with its
+    // The generator's own once-a-second report: the bench's ticks are not in step with its
     // reports (a tick between two reports would show 0 txn/s, the next one double).
-    // `-` until its first report.
-    let gen_rate = Arc::new(AtomicU64::new(u64::MAX));
+    let report: Arc<Mutex<Option<load::Progress>>> = Arc::default();
     let mut lo = LoadOptions::new(args.workload, &wal);
     lo.tablets = args.tablets;
     lo.rate = offered;
@@ -516,12 +515,12 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         let _ = ready_tx.send(());
         Ok(())
     };
-    let (st2, c2) = (stop.clone(), gen_rate.clone());
+    let (st2, r2) = (stop.clone(), report.clone());
     let load_t = std::thread::Builder::new()
         .name("load-gen".into())
         .spawn(move || {
             load::run_when_ready(lo, &st2, ready, |p| {
-                c2.store(p.interval_txn_per_s.to_bits(), Ordering::Relaxed);
+                *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
             })
         })?;
     // Wait for `ready` (or the generator failing before it).
@@ -557,10 +556,12 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         println!(
             "   {:>5.1}s {:>9} txn/s {:>10.0} applied rec/s  safe-time lag {}",
             t_start.elapsed().as_secs_f64(),
-            match gen_rate.load(Ordering::Relaxed) {
-                u64::MAX => "-".to_string(),
-                bits => format!("{:.0}", f64::from_bits(bits)),
-            },
+            // `-` until its first report.
+            report
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .map_or("-".to_string(), |p| format!("{:.0}", p.interval_txn_per_s)),
             a.saturating_sub(last_a) as f64 / dt,
             if safe == 0 {
                 "-".to_string()

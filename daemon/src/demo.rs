@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -320,11 +320,9 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
 
     // The workload, on its own thread.
     let stop = Arc::new(AtomicBool::new(false));
-    // The generator's own once-a-second rates (txn/s, MB/s as f64 bits; u64::MAX before its
-    // first report): this loop's ticks are not in step with its reports, so counts sampled
-    // here would show 0 one second and double the next.
-    let txn_rate = Arc::new(AtomicU64::new(u64::MAX));
-    let mb_rate = Arc::new(AtomicU64::new(u64::MAX));
+    // The generator's own once-a-second report: this loop's ticks are not in step with
+    // its reports, so counts sampled here would show 0 one second and double the next.
+    let report: Arc<Mutex<Option<load::Progress>>> = Arc::default();
     let mut lo = LoadOptions::new(Workload::Bank, &wal);
     lo.tablets = args.tablets;
     lo.rate = args.rate;
@@ -334,17 +332,12 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     // Safe time is the minimum over tablets: a tablet that goes without a record holds it
     // back until its heartbeat, so heartbeats come quickly here (8 tablets × 200/s).
     lo.heartbeat_interval = Duration::from_millis(5);
-    let (st2, t2, m2) = (stop.clone(), txn_rate.clone(), mb_rate.clone());
+    let (st2, r2) = (stop.clone(), report.clone());
     let load = std::thread::Builder::new()
         .name("bank".into())
         .spawn(move || {
-            let (mut last_b, mut last_t) = (0u64, Duration::ZERO);
             load::run(lo, &st2, |p| {
-                let dt = (p.elapsed - last_t).as_secs_f64().max(1e-3);
-                t2.store(p.interval_txn_per_s.to_bits(), Ordering::Relaxed);
-                let mb = p.bytes.saturating_sub(last_b) as f64 / dt / 1e6;
-                m2.store(mb.to_bits(), Ordering::Relaxed);
-                (last_b, last_t) = (p.bytes, p.elapsed);
+                *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
             })
         })?;
 
@@ -356,10 +349,11 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(1000));
         applier.check_alive()?;
         shipper.check_alive()?;
-        let rate = |r: &AtomicU64| match r.load(Ordering::Relaxed) {
-            u64::MAX => 0.0,
-            bits => f64::from_bits(bits),
-        };
+        let (txn_s, mb_s) = report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or((0.0, 0.0), |p| (p.interval_txn_per_s, p.interval_mb_per_s));
         let (_, st) = api.get("/v1/safe-time").unwrap_or((0, Value::Null));
         let lag = st["lag_ms"].as_u64();
         if let Some(l) = lag {
@@ -380,8 +374,8 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         println!(
             "  {:>4.1}s  {:>8.0} txn/s  {:>6.2} MB/s  safe-time lag {:>6}  bank {check}",
             started.elapsed().as_secs_f64(),
-            rate(&txn_rate),
-            rate(&mb_rate),
+            txn_s,
+            mb_s,
             lag.map_or("-".into(), |l| format!("{l} ms")),
         );
     }

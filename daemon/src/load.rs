@@ -263,6 +263,8 @@ pub struct Progress {
     pub bytes: u64,
     /// Committed transactions per second over the last interval.
     pub interval_txn_per_s: f64,
+    /// WAL MB (10^6 bytes) per second over the last interval.
+    pub interval_mb_per_s: f64,
 }
 
 /// Where a tablet's log ended.
@@ -374,8 +376,7 @@ struct Gen {
     tablets: Vec<TabletId>,
     writers: Vec<Writer>,
     last_record: Vec<Instant>,
-    /// Per tablet: the ht of the last record appended, and of the last one committed.
-    last_ht: Vec<HybridTime>,
+    /// Per tablet: the ht of the last record committed.
     committed_ht: Vec<HybridTime>,
     /// The lowest `committed_ht` last sent as a [`SourceSafe`].
     source_safe: HybridTime,
@@ -423,6 +424,7 @@ pub fn run_when_ready(
     let start = Instant::now();
     let mut last_progress = start;
     let mut last_committed = g.committed;
+    let mut last_bytes = g.bytes();
     let mut next_round = start;
     loop {
         let now = Instant::now();
@@ -442,9 +444,11 @@ pub fn run_when_ready(
                 records: g.records(),
                 bytes: g.bytes(),
                 interval_txn_per_s: (g.committed - last_committed) as f64 / dt,
+                interval_mb_per_s: g.bytes().saturating_sub(last_bytes) as f64 / dt / 1e6,
             });
             last_progress = now;
             last_committed = g.committed;
+            last_bytes = g.bytes();
         }
         let mut budget = if g.opts.rate > 0.0 {
             let due = (g.opts.rate * elapsed.as_secs_f64()) as u64;
@@ -566,7 +570,6 @@ impl Gen {
             clock,
             gtids: GtidGen::new(GTID_DOMAIN, GTID_SERVER, last_seq),
             last_record: vec![now; tablets.len()],
-            last_ht: vec![HybridTime(0); tablets.len()],
             committed_ht: vec![HybridTime(0); tablets.len()],
             source_safe: HybridTime(0),
             start_pos: writers.iter().map(|w| w.written_pos()).collect(),
@@ -617,7 +620,6 @@ impl Gen {
         w.append(&Record::new(ht, body))
             .with_context(|| format!("appending to tablet {}", w.tablet()))?;
         self.last_record[tablet] = Instant::now();
-        self.last_ht[tablet] = ht;
         Ok(ht)
     }
 
@@ -629,7 +631,7 @@ impl Gen {
                     .commit(self.opts.sync)
                     .with_context(|| format!("committing tablet {}", w.tablet()))?;
                 out.push((i, pos));
-                self.committed_ht[i] = self.last_ht[i];
+                self.committed_ht[i] = w.last_ht().unwrap_or_default();
             }
         }
         if let Some(tx) = &self.opts.source_safe {

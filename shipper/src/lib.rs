@@ -691,11 +691,11 @@ fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
     tablets
         .iter()
         .map(|t| {
+            // The tablet's control file, mapped once (status reads it too).
             let dir = shared.opts.wal_dir.join(t.as_str());
-            let (oldest, durable) = match ControlView::open(&dir) {
-                Ok(Some(c)) => (c.oldest(), c.durable()),
-                _ => (WalPos::ZERO, WalPos::ZERO),
-            };
+            let (oldest, durable) = tablet_state(shared, t)
+                .and_then(|st| st.control(&dir).map(|c| (c.oldest(), c.durable())))
+                .unwrap_or((WalPos::ZERO, WalPos::ZERO));
             HelloTablet {
                 tablet: t.clone(),
                 oldest,

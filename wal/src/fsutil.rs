@@ -15,14 +15,37 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 
 /// Replace `path` with `bytes` atomically: write `<path>.partial`, fsync, rename, fsync dir.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_mode(path, bytes, 0o666)
+}
+
+/// [`write_atomic`] for a secret: the file is created with mode 0600, so it is never
+/// readable by others, not even before the rename (a leftover `.partial`, whose mode
+/// could be wider, is removed first).
+pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    let partial = partial_of(path);
+    match fs::remove_file(&partial) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove", &partial, e)),
+    }
+    write_atomic_mode(path, bytes, 0o600)
+}
+
+fn partial_of(path: &Path) -> std::path::PathBuf {
     let mut partial = path.as_os_str().to_owned();
     partial.push(".partial");
-    let partial = std::path::PathBuf::from(partial);
+    std::path::PathBuf::from(partial)
+}
+
+fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let partial = partial_of(path);
     {
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(mode)
             .open(&partial)
             .map_err(|e| Error::io("create", &partial, e))?;
         f.write_all(bytes)

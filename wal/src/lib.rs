@@ -30,6 +30,7 @@ pub mod wire;
 pub mod writer;
 
 pub use error::{Error, ParseError, Result};
+pub use fsutil::write_atomic_private;
 pub use heartbeat::Heartbeat;
 pub use ids::{Gtid, TabletId, TrxId, TxnId};
 pub use pos::{AtomicWalPos, WalPos};
