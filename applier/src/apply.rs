@@ -85,10 +85,18 @@ impl Default for ApplyConfig {
     }
 }
 
+/// The worker's wake-up state. Rust's condvars make a `futex` wake system call on every
+/// notify, waiter or not; these flags let notifiers skip it when nobody sleeps (an apply
+/// batch per durable append and a notify per batch made ~10 000 such calls a second at
+/// 25 000 txn/s).
 #[derive(Debug, Default)]
 struct Wake {
     /// Set by `notify`/`stop`, cleared by the worker when it wakes.
     pending: bool,
+    /// The worker is blocked on `wake_cv`.
+    sleeping: bool,
+    /// Callers blocked on `progress_cv` in [`ApplyWorker::wait_applied`].
+    progress_waiters: usize,
 }
 
 #[derive(Debug)]
@@ -123,19 +131,33 @@ impl Shared {
         // Release stores: a reader that sees `pos` sees the store batch committed before.
         self.safe_time.fetch_max(safe.0, Ordering::Release);
         self.applied_pos.store(pos);
-        let _g = self.lock();
-        self.progress_cv.notify_all();
+        // A waiter checks `applied_pos` under this lock before it sleeps, so it either sees
+        // the new position or is counted here.
+        if self.lock().progress_waiters > 0 {
+            self.progress_cv.notify_all();
+        }
+    }
+
+    /// Wakes the worker (more to read, ready parts, or stop).
+    fn notify(&self) {
+        let mut g = self.lock();
+        g.pending = true;
+        if g.sleeping {
+            self.wake_cv.notify_one();
+        }
     }
 
     /// Sleeps until notified, stopped or `timeout`.
     fn wait(&self, timeout: Duration) {
         let mut g = self.lock();
         if !g.pending && !self.stop.load(Ordering::Acquire) {
+            g.sleeping = true;
             g = self
                 .wake_cv
                 .wait_timeout(g, timeout)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            g.sleeping = false;
         }
         g.pending = false;
     }
@@ -180,15 +202,7 @@ impl ApplyWorker {
         });
         if let Some(c) = &cfg.consistency {
             let sh = shared.clone();
-            c.register_worker(
-                &tablet,
-                meta.safe_time,
-                Arc::new(move || {
-                    let mut g = sh.lock();
-                    g.pending = true;
-                    sh.wake_cv.notify_one();
-                }),
-            );
+            c.register_worker(&tablet, meta.safe_time, Arc::new(move || sh.notify()));
         }
         let sh = shared.clone();
         let dir = received_dir.to_path_buf();
@@ -223,9 +237,7 @@ impl ApplyWorker {
 
     /// Tells the worker that more of the received log is durable. Cheap; never blocks long.
     pub fn notify(&self) {
-        let mut g = self.shared.lock();
-        g.pending = true;
-        self.shared.wake_cv.notify_one();
+        self.shared.notify();
     }
 
     /// End of the last applied record (what the store holds, maybe not yet fsynced).
@@ -286,12 +298,14 @@ impl ApplyWorker {
             if left.is_zero() || !self.is_running() {
                 return false;
             }
+            g.progress_waiters += 1;
             g = self
                 .shared
                 .progress_cv
                 .wait_timeout(g, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            g.progress_waiters -= 1;
         }
     }
 

@@ -62,9 +62,12 @@ pub struct Consistency {
     /// Published global safe time; 0 = not initialized. Readers load it lock-free.
     global: CachePadded<AtomicU64>,
     wakers: Mutex<Wakers>,
-    signal: Mutex<bool>,
+    /// Work for the publisher (see [`Signal`]).
+    signal: Mutex<Signal>,
     signal_cv: Condvar,
-    advanced: Mutex<()>,
+    /// Callers blocked on `advanced_cv` in [`Consistency::wait_for`] (notified only when
+    /// some are: a condvar notify is a system call, waiter or not).
+    advanced: Mutex<usize>,
     advanced_cv: Condvar,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
@@ -76,6 +79,15 @@ pub struct Consistency {
     /// that registered after the safe time passed its records can have them (see
     /// [`Consistency::check_below_safe_time`]).
     below_safe_time: AtomicU64,
+}
+
+/// The publisher's wake-up state.
+#[derive(Debug)]
+struct Signal {
+    /// Something changed since the publisher last looked.
+    pending: bool,
+    /// The publisher is blocked on `signal_cv`.
+    sleeping: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -151,9 +163,12 @@ impl Consistency {
             store,
             global: CachePadded::new(AtomicU64::new(persisted.0)),
             wakers: Mutex::new(Wakers(BTreeMap::new())),
-            signal: Mutex::new(true),
+            signal: Mutex::new(Signal {
+                pending: true,
+                sleeping: false,
+            }),
             signal_cv: Condvar::new(),
-            advanced: Mutex::new(()),
+            advanced: Mutex::new(0),
             advanced_cv: Condvar::new(),
             stop: AtomicBool::new(cut.is_some()),
             publisher: Mutex::new(None),
@@ -271,8 +286,11 @@ impl Consistency {
     }
 
     fn kick(&self) {
-        *lock(&self.signal) = true;
-        self.signal_cv.notify_one();
+        let mut g = lock(&self.signal);
+        g.pending = true;
+        if g.sleeping {
+            self.signal_cv.notify_one();
+        }
     }
 
     /// The published global safe time (lock-free), `None` before it is initialized.
@@ -295,11 +313,13 @@ impl Consistency {
             if left.is_zero() || self.stop.load(Ordering::SeqCst) {
                 return false;
             }
+            *g += 1;
             g = self
                 .advanced_cv
                 .wait_timeout(g, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            *g -= 1;
         }
     }
 
@@ -353,14 +373,16 @@ impl Consistency {
             self.heartbeat.beat();
             {
                 let mut g = lock(&self.signal);
-                if !*g && !self.stop.load(Ordering::SeqCst) {
+                if !g.pending && !self.stop.load(Ordering::SeqCst) {
+                    g.sleeping = true;
                     g = self
                         .signal_cv
                         .wait_timeout(g, Duration::from_millis(50))
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
+                    g.sleeping = false;
                 }
-                *g = false;
+                g.pending = false;
             }
             let candidate = match lock(&self.core).safe_time() {
                 SafeTime::At { ht, .. } => Some(ht),
@@ -389,8 +411,10 @@ impl Consistency {
                     match r {
                         Ok(_) => {
                             self.global.fetch_max(ht.0, Ordering::Release);
-                            let _g = lock(&self.advanced);
-                            self.advanced_cv.notify_all();
+                            // A waiter loads the safe time under this lock before it sleeps.
+                            if *lock(&self.advanced) > 0 {
+                                self.advanced_cv.notify_all();
+                            }
                         }
                         Err(e) => tracing::error!("persisting safe time {ht}: {e}"),
                     }
