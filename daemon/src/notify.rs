@@ -34,15 +34,28 @@ pub fn stopping() {
 }
 
 /// The watchdog ping interval: half of `WATCHDOG_USEC`, if systemd asked for pings
-/// (`WatchdogSec=`) and `WATCHDOG_PID` is this process (systemd sets both).
+/// (`WatchdogSec=`); see [`watchdog_interval_from`] for how `WATCHDOG_PID` counts.
 pub fn watchdog_interval() -> Option<Duration> {
     std::env::var_os("NOTIFY_SOCKET")?;
-    let mut usec = 0u64;
-    if sd_notify::watchdog_enabled(false, &mut usec) && usec > 0 {
-        Some(Duration::from_micros(usec / 2))
-    } else {
-        None
+    let usec = std::env::var("WATCHDOG_USEC").ok();
+    let pid = std::env::var("WATCHDOG_PID").ok();
+    watchdog_interval_from(usec.as_deref(), pid.as_deref(), std::process::id())
+}
+
+/// The rules of libsystemd's `sd_watchdog_enabled`, for the values of `WATCHDOG_USEC` and
+/// `WATCHDOG_PID` and this process's pid `me`: pings are wanted when `WATCHDOG_USEC` is a
+/// positive number of microseconds and `WATCHDOG_PID` is either unset (meaning this
+/// process) or `me`; a `WATCHDOG_PID` naming another process, or one that is not a pid,
+/// means the pings are someone else's business. Returns half the interval.
+pub fn watchdog_interval_from(usec: Option<&str>, pid: Option<&str>, me: u32) -> Option<Duration> {
+    let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
+    if let Some(pid) = pid {
+        let pid: u32 = pid.trim().parse().ok().filter(|&p| p > 0)?;
+        if pid != me {
+            return None;
+        }
     }
+    Some(Duration::from_micros(usec / 2))
 }
 
 /// The shortest silence of a worker taken for a hang, whatever `WATCHDOG_USEC` says: one slow
@@ -120,6 +133,27 @@ mod tests {
 
     /// One test touches the environment (tests in this binary run in parallel; no other test
     /// reads NOTIFY_SOCKET).
+    #[test]
+    fn watchdog_pid_unset_means_this_process() {
+        let me = 4242;
+        let half = Some(Duration::from_millis(500));
+        // systemd sets both; WATCHDOG_PID unset is this process too (sd_watchdog_enabled).
+        assert_eq!(
+            watchdog_interval_from(Some("1000000"), Some("4242"), me),
+            half
+        );
+        assert_eq!(watchdog_interval_from(Some("1000000"), None, me), half);
+        // Another process's watchdog, or a WATCHDOG_PID that is not a pid: no pings.
+        assert_eq!(watchdog_interval_from(Some("1000000"), Some("1"), me), None);
+        assert_eq!(watchdog_interval_from(Some("1000000"), Some("x"), me), None);
+        assert_eq!(watchdog_interval_from(Some("1000000"), Some("0"), me), None);
+        // No watchdog asked for.
+        assert_eq!(watchdog_interval_from(None, None, me), None);
+        assert_eq!(watchdog_interval_from(None, Some("4242"), me), None);
+        assert_eq!(watchdog_interval_from(Some("0"), None, me), None);
+        assert_eq!(watchdog_interval_from(Some("soon"), None, me), None);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sends_states_to_notify_socket_and_pings_the_watchdog() {
         std::env::remove_var("NOTIFY_SOCKET");
@@ -147,6 +181,11 @@ mod tests {
         stopping();
         assert_eq!(recv().trim(), "STOPPING=1");
         assert_eq!(watchdog_interval(), Some(Duration::from_millis(10)));
+        std::env::remove_var("WATCHDOG_PID");
+        assert_eq!(watchdog_interval(), Some(Duration::from_millis(10)));
+        std::env::set_var("WATCHDOG_PID", "1");
+        assert_eq!(watchdog_interval(), None, "another process's watchdog");
+        std::env::set_var("WATCHDOG_PID", std::process::id().to_string());
         let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let a2 = alive.clone();
         let h = spawn_watchdog(move |limit| {

@@ -104,6 +104,35 @@ fn start_notified(what: &'static str, cfg: &Path, notify: &Notify, log: &Path) -
     }
 }
 
+/// Like [`start_notified`] but with `WATCHDOG_USEC` alone, no `WATCHDOG_PID` (as a service
+/// manager other than systemd, or a wrapper that drops it, may start it): libsystemd's
+/// `sd_watchdog_enabled` takes that as "this process".
+fn start_notified_without_watchdog_pid(
+    what: &'static str,
+    cfg: &Path,
+    notify: &Notify,
+    log: &Path,
+) -> Daemon {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new(bin())
+        .arg(what)
+        .arg("--config")
+        .arg(cfg)
+        .env("NOTIFY_SOCKET", &notify.path)
+        .env("WATCHDOG_USEC", WATCHDOG_USEC.to_string())
+        .env_remove("WATCHDOG_PID")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    Daemon {
+        child: Some(child),
+        what,
+    }
+}
+
 fn signal(d: &Daemon, sig: i32) {
     let pid = d.pid();
     assert!(pid > 0, "{} is not running", d.what);
@@ -200,6 +229,25 @@ fn applier_notifies_status_ready_watchdog_and_stopping() {
         "the admin socket is removed on a clean stop"
     );
     assert!(shipper.terminate(Duration::from_secs(30)));
+}
+
+#[test]
+fn applier_pings_the_watchdog_when_watchdog_pid_is_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::new(dir.path(), "batch", "");
+    let notify = Notify::bind(dir.path());
+    let mut applier = start_notified_without_watchdog_pid(
+        "apply",
+        &c.applier_cfg,
+        &notify,
+        &dir.path().join("a.log"),
+    );
+    notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
+    check_pings(&notify, 4);
+    signal(&applier, libc::SIGTERM);
+    notify.until("STOPPING=1", Duration::from_secs(10), |l| l == "STOPPING=1");
+    let st = wait_exit(&mut applier, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(0), "applier exit: {st:?}");
 }
 
 /// After a cutover the safe-time publisher is stopped on purpose: that is not a hang, and
