@@ -31,8 +31,10 @@ pub struct ApplierConfig {
     #[serde(deserialize_with = "de_from_str")]
     pub listen: SocketAddr,
     /// The store, received logs and persisted state. Default `/var/lib/tidelog/applier`.
+    #[serde(deserialize_with = "de_path")]
     pub data_dir: PathBuf,
     /// The admin API's Unix socket. Default `/run/tidelog/applier.sock`.
+    #[serde(deserialize_with = "de_path")]
     pub admin_socket: PathBuf,
     /// Durability of the received logs: `always`, `batch` or `none`. Default `batch`.
     #[serde(deserialize_with = "de_from_str")]
@@ -40,16 +42,17 @@ pub struct ApplierConfig {
     /// Consistent reads fail once safe time lags the wall clock by more. Default `15m`.
     #[serde(deserialize_with = "de_duration")]
     pub max_staleness: Duration,
-    /// How long binlog entries (and so `trx_status` answers) are kept. Default `1d`.
+    /// How long binlog entries (and so `trx_status` answers) are kept; > 0. Default `1d`.
     #[serde(deserialize_with = "de_duration")]
     pub binlog_retention: Duration,
-    /// Tablets that must all have reported before safe time is initialized. Default `[]`.
+    /// Tablets that must all have reported before safe time is initialized, each once.
+    /// Default `[]`.
     #[serde(deserialize_with = "de_tablets")]
     pub expect_tablets: Vec<TabletId>,
     /// Segment file size of the received logs. Default `64MiB`.
     #[serde(deserialize_with = "de_size")]
     pub segment_size: u64,
-    /// The store's block cache, shared by all its keyspaces. Default `256MiB`.
+    /// The store's block cache, shared by all its keyspaces; > 0. Default `256MiB`.
     #[serde(deserialize_with = "de_size")]
     pub cache_size: u64,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
@@ -72,6 +75,7 @@ pub struct ApplierConfig {
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ShipperConfig {
     /// The WAL directory, one sub-directory per tablet. Default `/var/lib/tidelog/wal`.
+    #[serde(deserialize_with = "de_path")]
     pub wal_dir: PathBuf,
     /// The applier's QUIC address, `host:port` (resolved by [`ShipperConfig::applier_addr`]).
     /// Default `127.0.0.1:7400`.
@@ -79,10 +83,12 @@ pub struct ShipperConfig {
     /// The name the applier's certificate must carry. Default `localhost`.
     pub server_name: String,
     /// The admin API's Unix socket. Default `/run/tidelog/shipper.sock`.
+    #[serde(deserialize_with = "de_path")]
     pub admin_socket: PathBuf,
     /// File read engine: `auto`, `uring` or `std`. Default `auto`.
     pub io_engine: IoEngine,
-    /// Runtime threads, each with its own QUIC connection; 0 = number of cores. Default 0.
+    /// Runtime threads, each with its own QUIC connection; 0 = number of cores, at most
+    /// [`MAX_LANES`]. Default 0.
     pub lanes: usize,
     /// This shipper's identity towards the applier. Default: the host name.
     pub shipper_id: String,
@@ -179,11 +185,45 @@ const TLS_DIR: &str = "/etc/tidelog/tls";
 /// The daemons' log filter when neither `--log-level`, RUST_LOG nor `log-level` says.
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
-/// `log-level` must be a valid `tracing` filter.
+/// The most shipper lanes (runtime threads with a QUIC connection each) `lanes` may ask for.
+pub const MAX_LANES: usize = 256;
+
+/// The level names a `log-level` directive may use (case-insensitive).
+const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
+
+/// `log-level`: comma-separated directives, each a level name (`info`) or `target=level`
+/// (`tidelog_applier=debug`, spans allowed in the target as `tracing` writes them), and the
+/// whole a valid `tracing` filter. A bare word that is not a level is refused: `tracing`
+/// would take it for a target name and log nothing else (`verbose`, `warning`).
 fn validate_log_level(level: &str) -> Result<()> {
+    const FORMS: &str = "accepted: a level (error, warn, info, debug, trace, off) or \
+                         target=level (e.g. tidelog_applier=debug), separated by commas";
+    let is_level = |s: &str| LEVELS.iter().any(|l| l.eq_ignore_ascii_case(s.trim()));
+    let mut directives = 0;
+    for d in level.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        directives += 1;
+        match d.rsplit_once('=') {
+            None if is_level(d) => {}
+            None => bail!(
+                "key \"log-level\": invalid filter {level:?}: directive {d:?} is not a level \
+                 ({FORMS})"
+            ),
+            Some((target, lvl)) => {
+                if target.trim().is_empty() || !is_level(lvl) {
+                    bail!(
+                        "key \"log-level\": invalid filter {level:?}: directive {d:?} is not \
+                         target=level ({FORMS})"
+                    );
+                }
+            }
+        }
+    }
+    if directives == 0 {
+        bail!("key \"log-level\": invalid filter {level:?}: it is empty ({FORMS})");
+    }
     tracing_subscriber::EnvFilter::try_new(level)
         .map(|_| ())
-        .map_err(|e| anyhow!("key \"log-level\": invalid filter {level:?}: {e}"))
+        .map_err(|e| anyhow!("key \"log-level\": invalid filter {level:?}: {e} ({FORMS})"))
 }
 
 impl TlsConfig {
@@ -289,6 +329,12 @@ impl ApplierConfig {
         if self.max_staleness.is_zero() {
             bail!("key \"max-staleness\": must be > 0");
         }
+        if self.binlog_retention.is_zero() {
+            bail!("key \"binlog-retention\": must be > 0");
+        }
+        if self.cache_size == 0 {
+            bail!("key \"cache-size\": must be > 0");
+        }
         Ok(())
     }
 }
@@ -350,6 +396,12 @@ impl ShipperConfig {
     /// name.
     pub fn validate(&self) -> Result<()> {
         validate_log_level(&self.log_level)?;
+        if self.lanes > MAX_LANES {
+            bail!(
+                "key \"lanes\": {} is above the maximum {MAX_LANES} (0 = the number of cores)",
+                self.lanes
+            );
+        }
         match std::fs::metadata(&self.wal_dir) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => bail!(
@@ -599,21 +651,46 @@ fn de_opt_addr<'de, D: Deserializer<'de>>(
     de_from_str(d).map(Some)
 }
 
+/// A path: an empty (or blank) one would silently mean the current directory.
+fn de_path<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<PathBuf, D::Error> {
+    let p = PathBuf::deserialize(d)?;
+    if p.as_os_str().to_string_lossy().trim().is_empty() {
+        return Err(D::Error::custom(format!(
+            "must not be empty ({:?} would mean the current directory)",
+            p.as_os_str()
+        )));
+    }
+    Ok(p)
+}
+
+fn de_opt_path<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<PathBuf>, D::Error> {
+    de_path(d).map(Some)
+}
+
 fn de_tablets<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Vec<TabletId>, D::Error> {
-    Vec::<String>::deserialize(d)?
-        .iter()
-        .map(|s| {
-            s.parse::<TabletId>()
-                .map_err(|e| D::Error::custom(with_input(s, &e)))
-        })
-        .collect()
+    let mut out: Vec<TabletId> = Vec::new();
+    for s in Vec::<String>::deserialize(d)? {
+        let t = s
+            .parse::<TabletId>()
+            .map_err(|e| D::Error::custom(with_input(&s, &e)))?;
+        if out.contains(&t) {
+            return Err(D::Error::custom(format!(
+                "tablet {s:?} is listed more than once"
+            )));
+        }
+        out.push(t);
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTls {
+    #[serde(default, deserialize_with = "de_opt_path")]
     ca: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_opt_path")]
     cert: Option<PathBuf>,
+    #[serde(default, deserialize_with = "de_opt_path")]
     key: Option<PathBuf>,
 }
 
@@ -769,6 +846,14 @@ ship-unsynced = true
             ),
             ("[tls]\nca = 5", "tls.ca", ""),
             ("data-dir = 5", "data-dir", ""),
+            ("data-dir = \"\"", "data-dir", "must not be empty"),
+            ("admin-socket = \"\"", "admin-socket", "must not be empty"),
+            ("[tls]\ncert = \"\"", "tls.cert", "must not be empty"),
+            (
+                "expect-tablets = [\"t1\", \"t2\", \"t1\"]",
+                "expect-tablets",
+                "tablet \"t1\" is listed more than once",
+            ),
         ];
         for (text, key, what) in cases {
             let e = applier(text).unwrap_err();
@@ -781,6 +866,9 @@ ship-unsynced = true
             ("ship-unsynced = \"yes\"", "ship-unsynced"),
             ("window-bytes = \"lots\"", "window-bytes"),
             ("reconnect-max = \"5 fortnights\"", "reconnect-max"),
+            ("wal-dir = \"\"", "wal-dir"),
+            ("admin-socket = \"\"", "admin-socket"),
+            ("[tls]\nkey = \"\"", "tls.key"),
         ];
         for (text, key) in cases {
             let e = shipper(text).unwrap_err();
@@ -856,6 +944,39 @@ ship-unsynced = true
     }
 
     #[test]
+    fn log_level_directives() {
+        for ok in [
+            "info",
+            "INFO",
+            "Warn",
+            "off",
+            "tidelog_applier=debug,info",
+            "tidelog_shipper=debug, warn",
+            "tidelog_wal=TRACE",
+            "info,",
+        ] {
+            validate_log_level(ok).unwrap_or_else(|e| panic!("{ok:?}: {e:#}"));
+        }
+        for (bad, directive) in [
+            ("verbose", "verbose"),
+            ("warning", "warning"),
+            ("info,tidelog_applier", "tidelog_applier"),
+            ("tidelog=verbose", "tidelog=verbose"),
+            ("=debug", "=debug"),
+            ("==", "=="),
+        ] {
+            let e = format!("{:#}", validate_log_level(bad).unwrap_err());
+            assert!(
+                e.starts_with("key \"log-level\": invalid filter")
+                    && e.contains(&format!("directive {directive:?}"))
+                    && e.contains("target=level"),
+                "{bad:?}: {e}"
+            );
+        }
+        assert!(format!("{:#}", validate_log_level(" ").unwrap_err()).contains("empty"));
+    }
+
+    #[test]
     fn sizes() {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("16KiB").unwrap(), 16384);
@@ -920,5 +1041,24 @@ ship-unsynced = true
         s.applier = "127.0.0.1:7400".into();
         s.window_bytes = 10;
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("window-bytes"));
+        s.window_bytes = 16 << 20;
+        s.lanes = MAX_LANES;
+        s.validate().unwrap();
+        s.lanes = 100_000;
+        let e = format!("{:#}", s.validate().unwrap_err());
+        assert!(e.starts_with("key \"lanes\": 100000 is above"), "{e}");
+
+        c.quic.max_udp_payload = 1472;
+        c.validate().unwrap();
+        c.binlog_retention = Duration::ZERO;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            e.starts_with("key \"binlog-retention\": must be > 0"),
+            "{e}"
+        );
+        c.binlog_retention = Duration::from_secs(1);
+        c.cache_size = 0;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");
     }
 }

@@ -1,0 +1,293 @@
+//! Config values the parser used to let through, checked with the real binary:
+//! `tidelog apply|ship --config F --check` must fail (exit 1) naming the file and the key,
+//! and a daemon must not start on them. Every process runs with its working directory in a
+//! fresh temporary directory, so a path that silently became "the current directory" would
+//! show up there.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `tidelog <args>` in `cwd` (RUST_LOG unset, so the `log-level` key counts), killed if it
+/// has not exited within 30 s (a daemon that starts instead of failing).
+fn tidelog_in(cwd: &Path, args: &[&str]) -> Output {
+    let limit = Duration::from_secs(30);
+    let mut child = Command::new(common::bin())
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tidelog {args:?} still running after {limit:?}; stderr:\n{}",
+                text(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A valid cluster's configs, and an empty directory to run the binary in.
+struct Setup {
+    _tmp: tempfile::TempDir,
+    cluster: Cluster,
+    cwd: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::new(&tmp.path().join("cluster"), "batch", "");
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    Setup {
+        _tmp: tmp,
+        cluster,
+        cwd,
+    }
+}
+
+impl Setup {
+    /// `(command, config file)` of the daemon `cmd` (`apply` or `ship`).
+    fn cfg(&self, cmd: &str) -> &Path {
+        match cmd {
+            "apply" => &self.cluster.applier_cfg,
+            _ => &self.cluster.shipper_cfg,
+        }
+    }
+
+    /// Writes `cmd`'s config with `edit` applied to the valid one: lines of `set` replace the
+    /// line setting the same key (in the file's order, so `ca = ` finds the `[tls]` one),
+    /// or, for a key the file does not set, go at the top (before any table).
+    fn write(&self, cmd: &str, set: &str) -> String {
+        let path = self.cfg(cmd);
+        let good = std::fs::read_to_string(path).unwrap();
+        let mut lines: Vec<String> = good.lines().map(str::to_string).collect();
+        let mut top = String::new();
+        for l in set.lines() {
+            let key = l.split('=').next().unwrap().trim();
+            match lines
+                .iter()
+                .position(|x| x.split('=').next().unwrap().trim() == key)
+            {
+                Some(i) => lines[i] = l.to_string(),
+                None => top.push_str(&format!("{l}\n")),
+            }
+        }
+        std::fs::write(path, format!("{top}{}\n", lines.join("\n"))).unwrap();
+        good
+    }
+
+    /// `tidelog cmd --config F [--check]` with `set` applied; restores the valid config.
+    fn run(&self, cmd: &str, set: &str, check: bool) -> Output {
+        let path = self.cfg(cmd);
+        let good = self.write(cmd, set);
+        let mut args = vec![cmd, "--config", path.to_str().unwrap()];
+        if check {
+            args.push("--check");
+        }
+        let out = tidelog_in(&self.cwd, &args);
+        std::fs::write(path, good).unwrap();
+        out
+    }
+
+    /// `set` must fail `--check` (and, with `start`, a real start) with exit 1 and an error
+    /// naming the file, `key` and every one of `what`.
+    fn refused(&self, cmd: &str, set: &str, key: &str, what: &[&str], start: bool) {
+        let cfg = self.cfg(cmd).display().to_string();
+        for check in [true, false] {
+            if !check && !start {
+                continue;
+            }
+            let out = self.run(cmd, set, check);
+            let err = text(&out.stderr);
+            let how = if check { "--check" } else { "start" };
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{cmd} {how} with {set:?}: {err}"
+            );
+            assert!(
+                err.contains(&format!("{cfg}: key \"{key}\"")),
+                "{cmd} {how} with {set:?} does not name the file and key {key:?}: {err}"
+            );
+            for w in what {
+                assert!(
+                    err.contains(w),
+                    "{cmd} {how} with {set:?}: no {w:?} in {err}"
+                );
+            }
+            assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+            let left: Vec<_> = std::fs::read_dir(&self.cwd).unwrap().collect();
+            assert!(
+                left.is_empty(),
+                "{cmd} {how} with {set:?} wrote into its working directory: {left:?}"
+            );
+        }
+    }
+
+    fn accepted(&self, cmd: &str, set: &str) {
+        let out = self.run(cmd, set, true);
+        assert!(
+            out.status.success(),
+            "{cmd} --check with {set:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn empty_paths_are_refused_naming_the_file_and_key() {
+    let s = setup();
+    s.accepted("apply", "");
+    s.accepted("ship", "");
+    // data-dir = "" used to pass --check, and a start wrote store/, received/ and
+    // quic-reset.key into the working directory.
+    s.refused("apply", "data-dir = \"\"", "data-dir", &["empty"], true);
+    s.refused(
+        "apply",
+        "admin-socket = \"\"",
+        "admin-socket",
+        &["empty"],
+        true,
+    );
+    s.refused("apply", "data-dir = \"  \"", "data-dir", &["empty"], false);
+    for (cmd, key) in [("apply", "ca"), ("apply", "cert"), ("apply", "key")] {
+        s.refused(
+            cmd,
+            &format!("{key} = \"\""),
+            &format!("tls.{key}"),
+            &["empty"],
+            false,
+        );
+    }
+    s.refused("ship", "wal-dir = \"\"", "wal-dir", &["empty"], true);
+    s.refused(
+        "ship",
+        "admin-socket = \"\"",
+        "admin-socket",
+        &["empty"],
+        false,
+    );
+    for key in ["ca", "cert", "key"] {
+        s.refused(
+            "ship",
+            &format!("{key} = \"\""),
+            &format!("tls.{key}"),
+            &["empty"],
+            false,
+        );
+    }
+    // Addresses: empty is not an address either.
+    s.refused(
+        "apply",
+        "metrics-listen = \"\"",
+        "metrics-listen",
+        &[],
+        false,
+    );
+    s.refused(
+        "ship",
+        "metrics-listen = \"\"",
+        "metrics-listen",
+        &[],
+        false,
+    );
+    s.refused("apply", "listen = \"\"", "listen", &[], false);
+    s.refused("ship", "applier = \"\"", "applier", &[], false);
+}
+
+#[test]
+fn log_level_typos_are_refused_naming_the_directive() {
+    let s = setup();
+    let forms = "error, warn, info, debug, trace, off";
+    for cmd in ["apply", "ship"] {
+        // Each of these parses as a tracing filter (a target name) that logs nothing.
+        for (value, directive) in [
+            ("verbose", "verbose"),
+            ("warning", "warning"),
+            ("debug,tidelog_applier", "tidelog_applier"),
+            ("tidelog=verbose", "tidelog=verbose"),
+            ("=debug", "=debug"),
+        ] {
+            let set = format!("log-level = \"{value}\"");
+            let d = format!("directive {directive:?}");
+            s.refused(cmd, &set, "log-level", &[&d, forms, "target=level"], false);
+        }
+        s.refused(cmd, "log-level = \"\"", "log-level", &["empty"], false);
+        // What the example configs document: a level, or per module.
+        for value in [
+            "info",
+            "INFO",
+            "Warn",
+            "error",
+            "trace",
+            "off",
+            "debug",
+            "tidelog_applier=debug,info",
+            "tidelog_shipper=debug, warn",
+            "tidelog_wal=TRACE",
+        ] {
+            s.accepted(cmd, &format!("log-level = \"{value}\""));
+        }
+    }
+    // A typo in a start (not only --check) is refused too, before any logging is set up.
+    s.refused(
+        "apply",
+        "log-level = \"verbose\"",
+        "log-level",
+        &["verbose"],
+        true,
+    );
+}
+
+#[test]
+fn out_of_bounds_values_are_refused_naming_the_key() {
+    let s = setup();
+    s.refused("ship", "lanes = 100000", "lanes", &["100000", "256"], true);
+    s.refused("ship", "lanes = 257", "lanes", &["257"], false);
+    s.accepted("ship", "lanes = 256");
+    s.accepted("ship", "lanes = 0");
+    s.refused(
+        "apply",
+        "binlog-retention = \"0s\"",
+        "binlog-retention",
+        &["> 0"],
+        true,
+    );
+    s.accepted("apply", "binlog-retention = \"1s\"");
+    s.refused("apply", "cache-size = 0", "cache-size", &["> 0"], false);
+    s.refused(
+        "apply",
+        "cache-size = \"0MiB\"",
+        "cache-size",
+        &["> 0"],
+        false,
+    );
+    s.accepted("apply", "cache-size = \"1MiB\"");
+    s.refused(
+        "apply",
+        "expect-tablets = [\"t1\", \"t2\", \"t1\"]",
+        "expect-tablets",
+        &["\"t1\"", "more than once"],
+        false,
+    );
+    s.accepted("apply", "expect-tablets = [\"t1\", \"t2\"]");
+}
