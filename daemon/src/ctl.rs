@@ -14,8 +14,9 @@
 //!
 //! Path segments and query values are percent-encoded. With `--json` the answer's body is
 //! printed as is (errors too); without it, a human rendering: scalar fields as aligned
-//! `name value` lines (hybrid times also as UTC wall-clock time), per-tablet maps and lists of
-//! objects as aligned tables. An error answer (`{"error", "message"}`) fails the command with
+//! `name value` lines (hybrid times also as UTC wall-clock time, a map of scalars as
+//! `key: value, …`, an empty list or map as `(none)`), per-tablet maps and lists of objects
+//! as aligned tables. An error answer (`{"error", "message"}`) fails the command with
 //! `error: <code>: <message>` on stderr and exit status 1.
 
 use std::fmt::Write as _;
@@ -88,7 +89,7 @@ pub enum CtlCommand {
         #[arg(long, value_name = "GTID")]
         gtid: Option<String>,
         /// How long the target may wait for --gtid (e.g. 5s).
-        #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
+        #[arg(long, value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true)]
         wait: Option<String>,
     },
     /// Commits in commit order.
@@ -116,24 +117,23 @@ pub enum CtlCommand {
     Metrics,
 }
 
-/// A humantime duration (`5s`, `250ms`), passed to the daemon as written; a bare integer is
-/// passed through too (the daemon decides what it means).
+/// `--wait`: a humantime duration (`5s`, `250ms`), checked here with the parser the daemon
+/// uses for `?wait=` ([`crate::admin::parse_wait`]: humantime, surrounding blanks ignored)
+/// so that a value the daemon would refuse (`1`, `-1s`) is a command-line error (exit 2);
+/// passed to the daemon as written.
 fn parse_wait(s: &str) -> std::result::Result<String, String> {
-    if s.parse::<u64>().is_ok() {
-        return Ok(s.to_string());
-    }
-    humantime::parse_duration(s)
+    wait_duration(s)
         .map(|_| s.to_string())
-        .map_err(|e| format!("{e}"))
+        .map_err(|e| format!("{e}: give a duration with a unit, e.g. 5s, 250ms or 1m"))
 }
 
-/// How long `--wait` may make the daemon wait, for the client's own deadline (a bare integer
-/// is taken as seconds, the most generous reading).
+fn wait_duration(s: &str) -> std::result::Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(s.trim())
+}
+
+/// How long `--wait` may make the daemon wait, for the client's own deadline.
 fn wait_allowance(w: &str) -> Duration {
-    match w.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => humantime::parse_duration(w).unwrap_or_default(),
-    }
+    wait_duration(w).unwrap_or_default()
 }
 
 impl CtlCommand {
@@ -460,8 +460,30 @@ fn singular(k: &str) -> &str {
     }
 }
 
-/// A top-level scalar; hybrid times (`*_ht`, `safe_time`) get their wall-clock time too.
+/// A top-level value on its own line; hybrid times (`*_ht`, `safe_time`) get their
+/// wall-clock time too, an empty list or map reads `(none)` and a map of scalars (e.g. the
+/// applier's `lookup_cache`) reads `name: value, …` (nested the same way).
 fn scalar(name: &str, v: &Value) -> String {
+    match v {
+        Value::Array(a) if a.is_empty() => return "(none)".to_string(),
+        Value::Object(m) if m.is_empty() => return "(none)".to_string(),
+        Value::Object(m) if !is_b64(m) => {
+            return m
+                .iter()
+                .map(|(k, v)| {
+                    let inner = match v {
+                        Value::Object(o) if !o.is_empty() && !is_b64(o) => {
+                            format!("{{{}}}", scalar(k, v))
+                        }
+                        _ => scalar(k, v),
+                    };
+                    format!("{k}: {inner}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+        }
+        _ => {}
+    }
     let text = cell(v);
     let is_ht = name.ends_with("_ht") || name == "safe_time";
     if let (true, Value::String(s)) = (is_ht, v) {
@@ -483,11 +505,16 @@ fn cell(v: &Value) -> String {
         Value::Null => "-".to_string(),
         Value::String(s) => s.clone(),
         Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
-        Value::Object(m) if m.len() == 1 && m.contains_key("b64") => {
+        Value::Object(m) if is_b64(m) => {
             format!("b64:{}", m.get("b64").map(cell).unwrap_or_default())
         }
         other => other.to_string(),
     }
+}
+
+/// `{"b64": "..."}`: a key or value that is not UTF-8.
+fn is_b64(m: &serde_json::Map<String, Value>) -> bool {
+    m.len() == 1 && m.contains_key("b64")
 }
 
 fn table(title: &str, first: &str, rows: &[(String, &serde_json::Map<String, Value>)]) -> String {
@@ -665,5 +692,42 @@ mod tests {
         let s = render(&v);
         assert!(s.contains("KEY  VALUE     VERSION_HT"), "{s}");
         assert!(s.contains("k    b64:AP8=  3"), "{s}");
+    }
+
+    #[test]
+    fn nested_maps_and_empty_lists_read_as_text() {
+        let v = serde_json::json!({"read_ht":"9","more":false,"items":[]});
+        assert_eq!(render(&v), "items    (none)\nmore     false\nread_ht  9\n");
+        let v = serde_json::json!({"role":"primary","tablets":{},
+            "lookup_cache":{"state":"warm","index_bytes":10,"nested":{"a":1}},
+            "cutover":{"cut_ht":"7300000000000000000","cleanup_done":false},
+            "value":{"b64":"AP8="}});
+        let s = render(&v);
+        assert!(
+            s.contains("lookup_cache  index_bytes: 10, nested: {a: 1}, state: warm\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("cutover       cleanup_done: false, cut_ht: 7300000000000000000 (20"),
+            "{s}"
+        );
+        assert!(s.contains("tablets       (none)\n"), "{s}");
+        assert!(s.contains("value         b64:AP8=\n"), "{s}");
+    }
+
+    #[test]
+    fn wait_is_checked_with_the_daemons_parser() {
+        for w in [
+            "5s", "250ms", " 1m ", "1h 30m", "0s", "1", "-1s", "abc", "", "1.5s",
+        ] {
+            assert_eq!(
+                parse_wait(w).is_ok(),
+                crate::admin::parse_wait("wait", w).is_ok(),
+                "{w:?}"
+            );
+        }
+        assert_eq!(parse_wait("5s").unwrap(), "5s");
+        assert!(parse_wait("1").unwrap_err().contains("e.g. 5s"));
+        assert_eq!(wait_allowance("2s"), Duration::from_secs(2));
     }
 }

@@ -206,6 +206,10 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(router())
+    }
+
+    fn start_with(router: Router) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("run/applier.sock");
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -216,7 +220,7 @@ impl Server {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let s = socket.clone();
         let task = rt.spawn(async move {
-            admin::serve(&s, router(), async move {
+            admin::serve(&s, router, async move {
                 let _ = rx.await;
             })
             .await
@@ -508,4 +512,109 @@ fn a_bad_log_level_is_a_config_error_naming_the_file_and_key() {
         let out = tidelog_bounded(&[cmd, "--config", cfg, "--check"], limit);
         assert!(out.status.success(), "{cmd}: {}", text(&out.stderr));
     }
+}
+
+/// An applier's `/v1/status` as the daemon writes it after a cutover: besides the tablets,
+/// two maps of scalars (`cutover`, `lookup_cache`).
+fn promoted_status_body() -> Value {
+    json!({
+        "role": "primary",
+        "cutover": {
+            "cut_ht": "7300000000000000001",
+            "cut_time": "2025-01-01T00:00:00.000000Z",
+            "cleanup_done": true,
+            "removed_versions": 12
+        },
+        "safe_time": "7300000000000000001",
+        "safe_time_initialized": true,
+        "listen": "127.0.0.1:7400",
+        "lookup_cache": {"state": "warm", "index_bytes": 1234, "cache_size": 268435456},
+        "tablets": {
+            "t1": {"received_pos": 8192, "applied_pos": 8192, "safe_time": "7300000000000000001", "state": "promoted"}
+        }
+    })
+}
+
+#[derive(serde::Deserialize)]
+struct TrxQuery {
+    wait: Option<String>,
+}
+
+/// Routes answering like a promoted applier: the status above, a scan that finds nothing,
+/// and a `trx_status` that echoes the `wait` it was given.
+fn promoted_router() -> Router {
+    Router::new()
+        .route("/v1/status", get(|| async { Json(promoted_status_body()) }))
+        .route(
+            "/v1/scan",
+            get(|| async { Json(json!({"read_ht": "9", "items": [], "more": false})) }),
+        )
+        .route(
+            "/v1/trx/{trx}",
+            get(
+                |UrlPath(trx): UrlPath<String>, admin::ApiQuery(q): admin::ApiQuery<TrxQuery>| async move {
+                    if let Some(w) = &q.wait {
+                        admin::parse_wait("wait", w)?;
+                    }
+                    Ok::<_, ApiError>(Json(json!({"trx_id": trx, "state": "unknown", "wait": q.wait})))
+                },
+            ),
+        )
+}
+
+#[test]
+fn ctl_renders_nested_status_fields_and_empty_lists_readably() {
+    let srv = Server::start_with(promoted_router());
+    let out = srv.ctl(&["status"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(!s.contains('{') && !s.contains('"'), "raw JSON in: {s}");
+    let line = |name: &str| {
+        s.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in: {s}"))
+            .to_string()
+    };
+    assert!(
+        line("lookup_cache").ends_with("  cache_size: 268435456, index_bytes: 1234, state: warm"),
+        "{s}"
+    );
+    let cutover = line("cutover");
+    assert!(
+        cutover.contains("  cleanup_done: true, cut_ht: 7300000000000000001 (")
+            && cutover.ends_with("Z), cut_time: 2025-01-01T00:00:00.000000Z, removed_versions: 12"),
+        "{s}"
+    );
+    assert!(s.contains("TABLET  RECEIVED_POS"), "{s}");
+
+    // A scan that finds nothing: the items line says so instead of dangling.
+    let out = srv.ctl(&["scan", "nothing/"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(s.lines().any(|l| l == "items    (none)"), "{s:?}");
+    assert!(s.lines().all(|l| l == l.trim_end()), "{s:?}");
+}
+
+#[test]
+fn ctl_trx_status_checks_wait_like_the_daemon() {
+    let srv = Server::start_with(promoted_router());
+    let out = srv.ctl(&["--json", "trx-status", "7:3", "--wait", "250ms"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["wait"], "250ms", "passed to the daemon as written");
+    // A bare number (the daemon refuses it) and a negative duration (which clap used to take
+    // for a flag): command-line errors, exit 2, naming the value and what is wanted.
+    for bad in ["1", "-1s", "abc"] {
+        let out = srv.ctl(&["trx-status", "7:3", "--wait", bad]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--wait {bad}: {err}");
+        assert!(
+            err.contains(&format!("invalid value '{bad}' for '--wait <DURATION>'")),
+            "--wait {bad}: {err}"
+        );
+        assert!(err.contains("e.g. 5s"), "--wait {bad}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = srv.ctl(&["trx-status", "7:3", "--wait=-1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
