@@ -73,6 +73,9 @@ pub struct Consistency {
     publisher: Mutex<Option<JoinHandle<()>>>,
     /// The cutover's cut (0: none): safe time is frozen there.
     cut: AtomicU64,
+    /// A cutover has begun and not failed: once the publisher stops, waiters hold on for
+    /// the cut instead of giving up.
+    cutting: AtomicBool,
     /// Beats once per publisher iteration (at least every 50 ms).
     heartbeat: Heartbeat,
     /// Records (not heartbeats) applied at or below the published safe time: only a tablet
@@ -132,6 +135,22 @@ impl Consistency {
         self.advanced_cv.notify_all();
     }
 
+    /// A cutover begins: stops the publisher; [`wait_for`](Self::wait_for) callers keep
+    /// waiting (within their deadlines) until [`freeze`](Self::freeze) sets the cut, so that
+    /// they answer as the promoted target, or until [`cutover_failed`](Self::cutover_failed).
+    pub fn begin_cutover(&self) {
+        self.cutting.store(true, Ordering::SeqCst);
+        self.stop();
+    }
+
+    /// The cutover begun by [`begin_cutover`](Self::begin_cutover) failed before its cut
+    /// was set: waiters give up (the publisher stays stopped).
+    pub fn cutover_failed(&self) {
+        self.cutting.store(false, Ordering::SeqCst);
+        let _g = lock(&self.advanced);
+        self.advanced_cv.notify_all();
+    }
+
     /// The cutover's cut, once frozen.
     pub fn cut(&self) -> Option<HybridTime> {
         match self.cut.load(Ordering::SeqCst) {
@@ -173,6 +192,7 @@ impl Consistency {
             stop: AtomicBool::new(cut.is_some()),
             publisher: Mutex::new(None),
             cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
+            cutting: AtomicBool::new(false),
             heartbeat: Heartbeat::new(),
             below_safe_time: AtomicU64::new(0),
         });
@@ -302,7 +322,8 @@ impl Consistency {
     }
 
     /// Blocks until the published safe time is ≥ `ht`, `deadline`, or the publisher stops
-    /// (a shutdown or a cutover: the safe time advances no more); whether it got there.
+    /// (a shutdown, or a cutover once its cut is set: the safe time advances no more);
+    /// whether it got there.
     pub fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
         let mut g = lock(&self.advanced);
         loop {
@@ -310,7 +331,9 @@ impl Consistency {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.stop.load(Ordering::SeqCst) {
+            let awaiting_cut =
+                self.cutting.load(Ordering::SeqCst) && self.cut.load(Ordering::SeqCst) == 0;
+            if left.is_zero() || (self.stop.load(Ordering::SeqCst) && !awaiting_cut) {
                 return false;
             }
             *g += 1;

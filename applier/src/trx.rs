@@ -154,8 +154,27 @@ fn fresh(safe: Option<HybridTime>, max_staleness: Duration) -> bool {
 /// Answers one `trx_status` question. Malformed input is an `UNKNOWN` answer with a
 /// reason, never an error; errors are store failures only.
 pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> Result<TrxStatus> {
-    let deadline = Instant::now() + q.wait;
     let cut = view.cut();
+    let a = answer_at(store, view, q, cut)?;
+    if let (None, Some(now)) = (cut, view.cut()) {
+        // A cutover happened while this look-up waited: every answer on a promoted target
+        // is final, so answer again as the promoted target (which never waits).
+        let q = TrxQuery {
+            wait: Duration::ZERO,
+            ..q.clone()
+        };
+        return answer_at(store, view, &q, Some(now));
+    }
+    Ok(a)
+}
+
+fn answer_at(
+    store: &Store,
+    view: &impl SafeTimeView,
+    q: &TrxQuery<'_>,
+    cut: Option<HybridTime>,
+) -> Result<TrxStatus> {
+    let deadline = Instant::now() + q.wait;
     let mut a = TrxStatus {
         trx_id: q.trx_id.to_string(),
         state: TrxState::Unknown,
@@ -221,6 +240,9 @@ pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> 
             }
             match outcome {
                 Hint::Visible => a.caught_up = true,
+                // A trx id names a connection of one source: with a hint from a domain
+                // this target holds nothing of, the id may be another source's, so the
+                // target cannot vouch for it either way.
                 Hint::Foreign(g) => {
                     a.reason = Some(format!(
                         "gtid hint {g} is from domain {}, which this target does not replicate",
@@ -374,8 +396,14 @@ fn hint(
             return Ok((h, Some(e.commit_ht)));
         }
         match bl.first_in_domain(g.domain)? {
-            // Older than anything retained: the target is past it.
-            Some(first) if g.seq < first.gtid.seq => return Ok((Hint::Visible, None)),
+            // Below the domain's first entry, which is visible: had the hint's commit been
+            // received (its seq is lower, so its commit_ht is not higher) the safe time could
+            // not have passed it — so it was removed by retention (or the seq was never
+            // used), and the target is past it. While that entry is not visible yet the
+            // hint's commit may just be on a lagging tablet: wait for the safe time.
+            Some(first) if g.seq < first.gtid.seq && safe.is_some_and(|s| s >= first.commit_ht) => {
+                return Ok((Hint::Visible, None))
+            }
             Some(_) => {}
             None if bl.has_gtids()? => return Ok((Hint::Foreign(g), None)),
             // An empty binlog: the target has just not received anything yet.

@@ -78,3 +78,45 @@ fn published_waited_for_monotone_and_persisted() {
     assert_eq!(store.global_safe_time().unwrap(), Some(HybridTime(160)));
     c.stop();
 }
+
+#[test]
+fn waiters_hold_on_through_a_cutover_until_its_cut_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let c = Consistency::start(store.clone(), vec![t("a")]).unwrap();
+    c.register_worker(&t("a"), HybridTime::MIN, Arc::new(|| {}));
+    let (out, _) = heartbeats(&store, &t("a"), WalPos::ZERO, &[100]);
+    c.after_batch(&t("a"), &out);
+    assert!(c.wait_for(HybridTime(100), Instant::now() + Duration::from_secs(20)));
+    // A waiter for a safe time that will not come, with a long deadline; it reports the cut
+    // it sees when it returns.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        let reached = c2.wait_for(HybridTime(500), Instant::now() + Duration::from_secs(20));
+        let _ = tx.send((reached, c2.cut()));
+    });
+    c.begin_cutover();
+    // The publisher has stopped, but the cut is not set: the waiter keeps waiting (it used
+    // to give up here, and answered as a replica while the target was being promoted).
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a waiter gave up before the cut was set"
+    );
+    c.freeze(HybridTime(100));
+    let (reached, cut) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert!(!reached);
+    assert_eq!(cut, Some(HybridTime(100)));
+    // A cutover that fails before its cut: waiters give up at once.
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let c = Consistency::start(store.clone(), vec![t("a")]).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c2 = c.clone();
+    c.begin_cutover();
+    std::thread::spawn(move || {
+        let _ = tx.send(c2.wait_for(HybridTime(500), Instant::now() + Duration::from_secs(20)));
+    });
+    c.cutover_failed();
+    assert!(!rx.recv_timeout(Duration::from_secs(20)).unwrap());
+}

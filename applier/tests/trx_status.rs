@@ -18,6 +18,8 @@ use tidelog_wal::*;
 #[derive(Default)]
 struct Safe {
     v: AtomicU64,
+    /// A cutover's cut (0: none), set by `promote`.
+    cut: AtomicU64,
     /// Calls of `wait_for` so far (a look-up that waits).
     waits: AtomicUsize,
     m: Mutex<()>,
@@ -30,6 +32,14 @@ impl Safe {
         let _g = self.m.lock().unwrap();
         self.cv.notify_all();
     }
+
+    /// A cutover: the safe time freezes at `cut` and waiters stop waiting.
+    fn promote(&self, cut: u64) {
+        self.v.store(cut, Ordering::SeqCst);
+        self.cut.store(cut, Ordering::SeqCst);
+        let _g = self.m.lock().unwrap();
+        self.cv.notify_all();
+    }
 }
 
 impl SafeTimeView for Safe {
@@ -37,6 +47,12 @@ impl SafeTimeView for Safe {
         match self.v.load(Ordering::SeqCst) {
             0 => None,
             v => Some(HybridTime(v)),
+        }
+    }
+    fn cut(&self) -> Option<HybridTime> {
+        match self.cut.load(Ordering::SeqCst) {
+            0 => None,
+            c => Some(HybridTime(c)),
         }
     }
     fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
@@ -47,7 +63,7 @@ impl SafeTimeView for Safe {
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || self.cut.load(Ordering::SeqCst) != 0 {
                 return false;
             }
             g = self.cv.wait_timeout(g, left).unwrap().0;
@@ -451,4 +467,95 @@ fn a_hint_below_a_seq_found_visible_needs_no_gtid_read() {
     assert!(!r.caught_up && r.state == TrxState::InProgress, "{r:?}");
     let r = ask(&s, &v, "9:9", Some("5-1-1"), 0);
     assert!(r.reason.unwrap().contains("domain 5"));
+}
+
+/// Waits until `v` has had a `wait_for` call since `before` (the look-up is waiting).
+fn wait_until_waiting(v: &Safe, before: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while v.waits.load(Ordering::SeqCst) == before {
+        assert!(Instant::now() < deadline, "the look-up never waited");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_hint_below_the_domains_first_entry_waits_while_that_entry_is_not_visible() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+    let v = std::sync::Arc::new(Safe::default());
+    let (mut a, mut b) = (Log::new("a"), Log::new("b"));
+    a.apply(&s, 5, Body::Heartbeat);
+    b.apply(&s, 5, Body::Heartbeat);
+    v.set(5);
+    // gtid 2 arrived on `a`; gtid 1 (committed before it, on `b`) is still on its way.
+    a.apply(
+        &s,
+        20,
+        Body::Write {
+            ops: op("k2"),
+            trx_id: tid(1, 2),
+            gtid: g(2),
+        },
+    );
+    let r = ask(&s, &v, "1:1", Some("0-1-1"), 200);
+    assert!(
+        !r.caught_up,
+        "below the first entry, but not past it: {r:?}"
+    );
+    assert_eq!(r.state, TrxState::InProgress, "{r:?}");
+    // It arrives while a look-up waits: COMMITTED.
+    let (s2, v2) = (s.clone(), v.clone());
+    let before = v.waits.load(Ordering::SeqCst);
+    let waiter = std::thread::spawn(move || ask(&s2, &v2, "1:1", Some("0-1-1"), 10_000));
+    wait_until_waiting(&v, before);
+    b.apply(
+        &s,
+        10,
+        Body::Write {
+            ops: op("k1"),
+            trx_id: tid(1, 1),
+            gtid: g(1),
+        },
+    );
+    v.set(20);
+    let r = waiter.join().unwrap();
+    assert!(r.caught_up && r.state == TrxState::Committed, "{r:?}");
+    assert_eq!(r.gtid, g(1));
+}
+
+#[test]
+fn a_look_up_waiting_when_the_target_is_promoted_answers_as_the_promoted_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+    let v = std::sync::Arc::new(Safe::default());
+    let mut a = Log::new("a");
+    a.apply(
+        &s,
+        10,
+        Body::Write {
+            ops: op("k"),
+            trx_id: tid(3, 1),
+            gtid: g(1),
+        },
+    );
+    // 3:2 has intents and no decision; its client saw gtid 0-1-2, which never arrives.
+    a.apply(
+        &s,
+        20,
+        Body::Intent {
+            txn: TxnId::from_u128(9),
+            trx_id: tid(3, 2),
+            ops: op("k"),
+        },
+    );
+    v.set(20);
+    let (s2, v2) = (s.clone(), v.clone());
+    let before = v.waits.load(Ordering::SeqCst);
+    let waiter = std::thread::spawn(move || ask(&s2, &v2, "3:2", Some("0-1-2"), 10_000));
+    wait_until_waiting(&v, before);
+    v.promote(20);
+    let r = waiter.join().unwrap();
+    assert!(r.caught_up, "answers on a promoted target are final: {r:?}");
+    assert_eq!(r.state, TrxState::Aborted, "{r:?}");
+    assert!(r.reason.unwrap().contains("cutover"));
 }
