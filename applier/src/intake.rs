@@ -149,6 +149,10 @@ pub struct TabletIntake {
     last_error: Mutex<Option<String>>,
     /// Set at shutdown: the writer thread finishes its queue and exits.
     stop: AtomicBool,
+    /// Held by the writer thread from its check of `paused` until its group is written and
+    /// published, so that [`Intake::set_paused`] can wait out a group in progress: once a
+    /// pause answers, nothing more reaches the received log.
+    write_gate: Mutex<()>,
     /// Beats once per writer-thread iteration (at least every 50 ms while idle).
     heartbeat: Heartbeat,
     /// Frames refused as malformed (bad header or body, bad record, wrong position).
@@ -344,20 +348,25 @@ impl Intake {
         *lock(&self.shared.hook) = Hook(Some(hook));
     }
 
-    /// Stops (`true`) or restarts intake of one tablet or of all.
+    /// Stops (`true`) or restarts intake of one tablet or of all. A pause returns once
+    /// a group the writer had begun is written: from then on the received log stays as it
+    /// is (frames already read wait in memory, unacked).
     pub fn set_paused(&self, tablet: Option<&TabletId>, paused: bool) -> Result<()> {
-        match tablet {
-            Some(t) => {
-                let ti = self
-                    .tablet(t)
-                    .with_context(|| format!("unknown tablet {t}"))?;
-                ti.paused.store(paused, Ordering::SeqCst);
-            }
+        let affected = match tablet {
+            Some(t) => vec![self
+                .tablet(t)
+                .with_context(|| format!("unknown tablet {t}"))?],
             None => {
                 self.shared.paused_all.store(paused, Ordering::SeqCst);
-                for ti in self.tablets() {
-                    ti.paused.store(paused, Ordering::SeqCst);
-                }
+                self.tablets()
+            }
+        };
+        for ti in &affected {
+            ti.paused.store(paused, Ordering::SeqCst);
+        }
+        if paused {
+            for ti in &affected {
+                drop(lock(&ti.write_gate));
             }
         }
         Ok(())
@@ -473,6 +482,7 @@ impl Shared {
             last_error: Mutex::new(None),
             stop: AtomicBool::new(false),
             heartbeat: Heartbeat::new(),
+            write_gate: Mutex::new(()),
             frame_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
         });
@@ -561,6 +571,16 @@ fn writer_thread(
             }
             continue;
         }
+        // Frames read just before a pause are held here until it ends (or shutdown).
+        let _gate = loop {
+            let g = lock(&ti.write_gate);
+            if !ti.paused.load(Ordering::SeqCst) || ti.stop.load(Ordering::SeqCst) {
+                break g;
+            }
+            drop(g);
+            ti.heartbeat.beat();
+            std::thread::sleep(Duration::from_millis(20));
+        };
         let mut error = None;
         // An I/O error while staging: nothing of the group may be committed or acked.
         let mut failure: Option<String> = None;

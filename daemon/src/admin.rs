@@ -258,25 +258,6 @@ where
     }
 }
 
-/// `axum::extract::Path` whose rejection is the API's JSON 400 `bad_request`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ApiPath<T>(pub T);
-
-impl<T, S> FromRequestParts<S> for ApiPath<T>
-where
-    T: DeserializeOwned + Send,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
-            Err(e) => Err(ApiError::bad_request(e.body_text())),
-        }
-    }
-}
-
 /// A Prometheus text exposition answer (`GET /metrics`).
 pub fn prometheus(text: String) -> Response {
     (

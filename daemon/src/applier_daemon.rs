@@ -27,7 +27,7 @@ use tidelog_applier::tls::TlsMaterial;
 use tidelog_applier::trx::{TrxQuery, TrxState, TrxStatus};
 use tidelog_wal::{Gtid, HybridTime, TabletId, WalPos};
 
-use crate::admin::{self, ApiError, ApiPath, ApiQuery, JsonBytes};
+use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
 use crate::{certs, metrics, notify, service};
@@ -333,7 +333,7 @@ fn router(state: ApplierState) -> Router {
         .route("/v1/pause", post(pause))
         .route("/v1/resume", post(resume))
         .route("/v1/trx/{*trx_id}", get(trx_status))
-        .route("/v1/trx/", get(trx_status_empty))
+        .route("/v1/trx/", get(trx_status))
         .route("/v1/binlog", get(binlog))
         .route("/v1/promote", post(promote))
         .route("/metrics", get(metrics))
@@ -574,6 +574,14 @@ async fn kv_get(
     })))
 }
 
+/// A `limit` query parameter: at least 1 (larger values are capped by each route).
+fn positive_limit(limit: Option<u64>) -> Result<Option<u64>, ApiError> {
+    match limit {
+        Some(0) => Err(ApiError::bad_request("limit: must be at least 1")),
+        l => Ok(l),
+    }
+}
+
 /// `prefix` is read from the raw query (bytes, not necessarily UTF-8).
 #[derive(Debug, Deserialize)]
 struct ScanQuery {
@@ -595,7 +603,9 @@ async fn scan(
             at: q.at.clone(),
         },
     )?;
-    let limit = q.limit.unwrap_or(1000).clamp(1, 100_000);
+    let limit = positive_limit(q.limit.map(|l| l as u64))?
+        .unwrap_or(1000)
+        .min(100_000) as usize;
     let store = s.store.clone();
     let (items, more) = blocking(move || store.scan(&prefix, at, limit))
         .await?
@@ -696,13 +706,28 @@ fn parse_tablet(q: &TabletQuery) -> Result<Option<TabletId>, ApiError> {
         .transpose()
 }
 
+/// A promoted target takes no shipped logs at all: pausing or resuming its intake is a
+/// conflict (409), not a no-op answered `ok`.
+fn refuse_if_promoted(s: &ApplierState, what: &str) -> Result<(), ApiError> {
+    match s.consistency.cut() {
+        Some(cut) => Err(ApiError::conflict(
+            "promoted",
+            format!("cannot {what}: this target was promoted to primary at the cut {cut} and accepts no shipped logs"),
+        )),
+        None => Ok(()),
+    }
+}
+
 async fn pause(
     State(s): State<ApplierState>,
     ApiQuery(q): ApiQuery<TabletQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let t = parse_tablet(&q)?;
-    s.intake
-        .set_paused(t.as_ref(), true)
+    refuse_if_promoted(&s, "pause")?;
+    // Waits for a group the intake writer has begun (its fsync): off the runtime.
+    let intake = s.intake.clone();
+    blocking(move || intake.set_paused(t.as_ref(), true))
+        .await?
         .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
     Ok(Json(json!({"ok": true})))
 }
@@ -712,6 +737,7 @@ async fn resume(
     ApiQuery(q): ApiQuery<TabletQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let t = parse_tablet(&q)?;
+    refuse_if_promoted(&s, "resume")?;
     s.intake
         .set_paused(t.as_ref(), false)
         .map_err(|e| ApiError::bad_request(format!("{e:#}")))?;
@@ -795,21 +821,20 @@ fn trx_json(a: &TrxStatus) -> Value {
     })
 }
 
-async fn trx_status_empty(
-    s: State<ApplierState>,
-    q: ApiQuery<TrxParams>,
-) -> Result<Json<Value>, ApiError> {
-    trx_status(s, ApiPath(String::new()), q).await
-}
-
 /// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
-/// (`UNKNOWN` with a reason); only a bad `wait` is a 400. The look-up is a few point reads
-/// and runs inline; only a hint that is not visible yet waits, on the blocking pool.
+/// (`UNKNOWN` with a reason) — also one that is not UTF-8 or has a bad `%` escape, so the
+/// id is taken from the raw path; only a bad `wait` is a 400. The look-up is a few point
+/// reads and runs inline; only a hint that is not visible yet waits, on the blocking pool.
 async fn trx_status(
     State(s): State<ApplierState>,
-    ApiPath(trx_id): ApiPath<String>,
+    uri: axum::http::Uri,
     ApiQuery(q): ApiQuery<TrxParams>,
 ) -> Result<Json<Value>, ApiError> {
+    let raw = uri.path().strip_prefix("/v1/trx/").unwrap_or_default();
+    let trx_id = match admin::percent_decode("trx_id", raw, false) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(_) => raw.to_string(),
+    };
     let wait = match q.wait.as_deref() {
         None => tidelog_applier::trx::DEFAULT_WAIT,
         Some(w) => admin::parse_wait("wait", w)?.min(MAX_TRX_WAIT),
@@ -866,7 +891,9 @@ async fn binlog(
     State(s): State<ApplierState>,
     ApiQuery(q): ApiQuery<BinlogParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = q.limit.unwrap_or(BINLOG_LIMIT).clamp(1, BINLOG_MAX_LIMIT) as usize;
+    let limit = positive_limit(q.limit)?
+        .unwrap_or(BINLOG_LIMIT)
+        .min(BINLOG_MAX_LIMIT) as usize;
     let from: Option<Gtid> = match q.from_gtid.as_deref() {
         None | Some("") => None,
         Some(g) => Some(
@@ -996,12 +1023,15 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
         }
         s2.intake.refuse("this target is being promoted to primary (cutover); it accepts no shipped logs");
         s2.appliers.stop_all();
-        s2.consistency.stop();
-        let cut = s2
+        // Waiters for the safe time (a `trx_status` with a hint) hold on until the cut is
+        // set, then answer as the promoted target.
+        s2.consistency.begin_cutover();
+        let promoted = s2
             .consistency
             .safe_time()
-            .ok_or_else(|| ApiError::conflict("safe_time_uninitialized", "safe time vanished"))?;
-        let c = cutover::promote(&s2.store, cut).map_err(internal)?;
+            .ok_or_else(|| ApiError::conflict("safe_time_uninitialized", "safe time vanished"))
+            .and_then(|cut| cutover::promote(&s2.store, cut).map_err(internal));
+        let c = promoted.inspect_err(|_| s2.consistency.cutover_failed())?;
         s2.consistency.freeze(c.cut);
         s2.intake.refuse(&refusal_reason(c.cut));
         tracing::info!(cut = %c.cut, lost_commits = c.report.as_ref().map_or(0, |r| r.lost_commits), "promoted to primary");

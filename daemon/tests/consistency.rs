@@ -108,7 +108,9 @@ fn uninitialized_then_stale_then_fresh() {
 #[test]
 fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_stalls_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Cluster::new(tmp.path(), "batch", "");
+    // No keep-alives on idle tablets: the intake's receive loop of b then sits waiting for
+    // its next frame when the pause comes, and that frame is the one the pause must hold.
+    let c = Cluster::new(tmp.path(), "batch", "keepalive-interval = \"1h\"\n");
     let h = ht_ago(Duration::ZERO);
     append(
         &c.wal,
@@ -132,6 +134,12 @@ fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_
     // Pause tablet b's stream at the applier, then transfer 10 from acct/1 (a) to acct/2 (b).
     let (st, _) = api(&c.applier_sock, "POST", "/v1/pause?tablet=b").unwrap();
     assert_eq!(st, 200);
+    let received_b = |c: &Cluster| {
+        api(&c.applier_sock, "GET", "/v1/status").unwrap().1["tablets"]["b"]["received_pos"]
+            .as_u64()
+            .unwrap()
+    };
+    let paused_at = received_b(&c);
     append(
         &c.wal,
         &[
@@ -147,6 +155,16 @@ fn a_distributed_transaction_is_all_or_nothing_at_safe_time_and_a_paused_tablet_
         get(&c, "acct/1", "latest").1["value"] == "90"
     });
     assert_eq!(get(&c, "acct/2", "latest").1["value"], "100", "b is paused");
+    // The shipper has sent b's new records; none of them reached b's received log (the
+    // intake's receive loop was already waiting for the next frame when the pause came:
+    // that frame used to be written after the pause had answered).
+    wait_for("b's records shipped", Duration::from_secs(30), || {
+        api(&c.shipper_sock, "GET", "/v1/status").is_some_and(|(_, v)| {
+            let t = &v["tablets"]["b"];
+            t["shipped_pos"].as_u64().is_some() && t["shipped_pos"] == t["durable_pos"]
+        })
+    });
+    assert_eq!(received_b(&c), paused_at, "b received records while paused");
     // ... while safe time stays below the commit: consistent reads show neither part.
     let st = safe_time(&c);
     let safe: u64 = st["safe_time"].as_str().unwrap().parse().unwrap();

@@ -265,6 +265,12 @@ fn promote_under_load_with_a_lagging_tablet() {
     assert_eq!(again, rep);
     let (_, status) = api(&c.applier_sock, "GET", "/v1/status").unwrap();
     assert_eq!(status["role"], "primary");
+    // Its intake is closed for good: pausing or resuming it is a conflict, not an `ok`.
+    for route in ["/v1/pause", "/v1/resume", "/v1/pause?tablet=t1"] {
+        let (st, v) = api(&c.applier_sock, "POST", route).unwrap();
+        assert_eq!(st, 409, "{route}: {v}");
+        assert!(v["message"].as_str().unwrap().contains("promoted"), "{v}");
+    }
 
     // A shipper that connects afterwards is refused, with the reason in its status.
     let _shipper = c.start_shipper();

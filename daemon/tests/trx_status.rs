@@ -82,6 +82,15 @@ fn check_states(c: &Cluster) {
     let v = trx(c, "9:9");
     assert_eq!(v["state"], "UNKNOWN", "{v}");
     assert!(v["reason"].as_str().unwrap().contains("never seen"), "{v}");
+    // Ids that are not UTF-8 or carry a bad escape are answers too, not error pages.
+    for id in ["%FF", "5%FF:1", "%zz", "5:%"] {
+        let v = trx(c, id);
+        assert_eq!(v["state"], "UNKNOWN", "{id}: {v}");
+        assert!(
+            v["reason"].as_str().unwrap().contains("malformed"),
+            "{id}: {v}"
+        );
+    }
     // The binlog, in commit order, from the start and from a gtid.
     let (st, b) = api(&c.applier_sock, "GET", "/v1/binlog").unwrap();
     assert_eq!(st, 200, "{b}");
@@ -104,6 +113,16 @@ fn check_states(c: &Cluster) {
     tablets.sort_unstable();
     assert_eq!(tablets, ["a", "b"]);
     assert_eq!(b["entries"].as_array().unwrap().len(), 1);
+    // `limit=0` is a bad request, not a limit of one.
+    for route in ["/v1/binlog?limit=0", "/v1/scan?prefix=&limit=0"] {
+        let (st, b) = api(&c.applier_sock, "GET", route).unwrap();
+        assert_eq!(
+            (st, b["error"].as_str()),
+            (400, Some("bad_request")),
+            "{route}: {b}"
+        );
+        assert!(b["message"].as_str().unwrap().contains("limit"), "{b}");
+    }
     // A gtid the binlog does not hold is a state conflict named in the message, not a 404
     // (reserved for unknown routes); so is pausing a tablet the applier does not know.
     let (st, b) = api(&c.applier_sock, "GET", "/v1/binlog?from-gtid=0-1-99").unwrap();
