@@ -380,7 +380,16 @@ impl Store {
                 }
             }))
             .open()
-            .map_err(Error::store("open database"))?;
+            .map_err(|e| match e {
+                fjall::Error::Locked => Error::Invalid(format!(
+                    "store {}: locked by another process (is another applier running with this data-dir?)",
+                    path.display()
+                )),
+                e => Error::Store {
+                    op: "open database",
+                    source: e,
+                },
+            })?;
         let ks = |name: &'static str| {
             db.keyspace(name, KeyspaceCreateOptions::default)
                 .map_err(Error::store("open keyspace"))
@@ -2876,5 +2885,17 @@ mod tests {
         let s = Store::open(dir.path()).unwrap();
         assert_eq!(s.global_safe_time().unwrap(), Some(HybridTime(10)));
         assert_eq!(s.role().unwrap(), Role::Primary);
+    }
+
+    #[test]
+    fn a_store_in_use_is_refused_naming_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = Store::open(dir.path()).unwrap();
+        let e = Store::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("locked by another process"), "{e}");
+        assert!(
+            e.contains(&dir.path().join("store").display().to_string()),
+            "{e}"
+        );
     }
 }

@@ -173,10 +173,27 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `e` and its causes joined by `: ` (as `{:#}`), leaving out a cause whose text the
+/// message already ends with (errors that print their source, like the WAL's I/O errors, would
+/// otherwise show the OS error twice).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if out.is_empty() {
+            out = t;
+        } else if !out.ends_with(&t) {
+            out.push_str(": ");
+            out.push_str(&t);
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = init_logging(cli.log_level.as_deref(), &cli.command.default_log_filter()) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", error_text(&e));
         return ExitCode::from(2);
     }
     if let Err(e) = tidelog::memory::set_up() {
@@ -189,7 +206,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }

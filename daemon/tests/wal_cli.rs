@@ -659,3 +659,13 @@ fn bad_arguments_exit_2() {
     assert!(stderr(&o).contains("segment size"), "{}", stderr(&o));
     assert!(!wal.exists());
 }
+
+#[test]
+fn a_missing_directory_is_named_with_its_os_error_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-wal");
+    let o = fails(check(&missing, &[]));
+    let err = stderr(&o);
+    assert!(err.contains(s(&missing)), "{err}");
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
