@@ -131,8 +131,6 @@ mod tests {
 
     use super::*;
 
-    /// One test touches the environment (tests in this binary run in parallel; no other test
-    /// reads NOTIFY_SOCKET).
     #[test]
     fn watchdog_pid_unset_means_this_process() {
         let me = 4242;
@@ -154,6 +152,8 @@ mod tests {
         assert_eq!(watchdog_interval_from(Some("soon"), None, me), None);
     }
 
+    /// One test touches the environment (tests in this binary run in parallel; no other test
+    /// reads NOTIFY_SOCKET).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sends_states_to_notify_socket_and_pings_the_watchdog() {
         std::env::remove_var("NOTIFY_SOCKET");
