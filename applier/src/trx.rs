@@ -4,7 +4,8 @@
 //!  parse trx_id ──malformed──► UNKNOWN (reason)
 //!      │
 //!  gtid hint? ──malformed / foreign domain──► UNKNOWN (reason)
-//!      │ visible at safe time (or older than the oldest retained)  → caught_up
+//!      │ visible at safe time, or below its domain's first entry once that entry is
+//!      │ visible (removed by retention: the target is past it)     → caught_up
 //!      │   (no gtid read when this trx's visible commit or an earlier look-up's visible
 //!      │    seq of the domain is at or above it: seq grows in commit order)
 //!      │ not yet: wait for safe time to pass it, up to `wait`       → else caught_up = false
@@ -20,7 +21,8 @@
 //! A target that is behind the client (`caught_up: false`) never answers a definitive
 //! `UNKNOWN` or `ABORTED` (a retry of an aborted id may have committed after it): it says
 //! `IN_PROGRESS`, waiting for the hint. After a cutover every answer is final: commits above
-//! the cut and undecided transactions are `ABORTED` (discarded by cutover).
+//! the cut and undecided transactions are `ABORTED` (discarded by cutover) — also for a
+//! look-up that was waiting when the cutover came: it answers again as the promoted target.
 
 use std::time::{Duration, Instant, SystemTime};
 
