@@ -8,8 +8,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 use common::Cluster;
 
@@ -20,29 +20,7 @@ fn text(b: &[u8]) -> String {
 /// `tidelog <args>` in `cwd` (RUST_LOG unset, so the `log-level` key counts), killed if it
 /// has not exited within 30 s (a daemon that starts instead of failing).
 fn tidelog_in(cwd: &Path, args: &[&str]) -> Output {
-    let limit = Duration::from_secs(30);
-    let mut child = Command::new(common::bin())
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "tidelog {args:?} still running after {limit:?}; stderr:\n{}",
-                text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    common::tidelog_bounded_in(Some(cwd), args, Duration::from_secs(30))
 }
 
 /// A valid cluster's configs, and an empty directory to run the binary in.

@@ -6,7 +6,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use axum::extract::{Path as UrlPath, Query};
@@ -429,27 +429,7 @@ fn serve_replaces_a_stale_socket() {
 /// `tidelog <args>` (RUST_LOG unset, so a daemon's `log-level` key counts), killed if it
 /// has not exited within `limit` (a daemon that starts instead of failing).
 fn tidelog_bounded(args: &[&str], limit: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "tidelog {args:?} still running after {limit:?}; stderr:\n{}",
-                text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    common::tidelog_bounded_in(None, args, limit)
 }
 
 #[test]

@@ -83,44 +83,41 @@ impl Notify {
 /// Starts `tidelog <what> --config cfg` the way systemd would with `Type=notify` and
 /// `WatchdogSec=`: `NOTIFY_SOCKET`, `WATCHDOG_USEC`, and `WATCHDOG_PID` = its own pid.
 fn start_notified(what: &'static str, cfg: &Path, notify: &Notify, log: &Path) -> Daemon {
-    let log = std::fs::File::create(log).unwrap();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg("WATCHDOG_PID=$$; export WATCHDOG_PID; exec \"$0\" \"$1\" --config \"$2\"")
-        .arg(bin())
-        .arg(what)
-        .arg(cfg)
-        .env("NOTIFY_SOCKET", &notify.path)
-        .env("WATCHDOG_USEC", WATCHDOG_USEC.to_string())
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    Daemon {
-        child: Some(child),
-        what,
-    }
+    start_notified_with(what, cfg, notify, log, true)
 }
 
-/// Like [`start_notified`] but with `WATCHDOG_USEC` alone, no `WATCHDOG_PID` (as a service
-/// manager other than systemd, or a wrapper that drops it, may start it): libsystemd's
-/// `sd_watchdog_enabled` takes that as "this process".
-fn start_notified_without_watchdog_pid(
+/// `tidelog <what> --config cfg` under a fake service manager: `NOTIFY_SOCKET` and
+/// `WATCHDOG_USEC`, and — when `watchdog_pid` — `WATCHDOG_PID` naming the daemon (as systemd
+/// sets it; set from a shell that then execs the daemon, to know its pid). Without it (as a
+/// service manager other than systemd, or a wrapper that drops it, may start the daemon),
+/// libsystemd's `sd_watchdog_enabled` takes the pings as this process's.
+fn start_notified_with(
     what: &'static str,
     cfg: &Path,
     notify: &Notify,
     log: &Path,
+    watchdog_pid: bool,
 ) -> Daemon {
     let log = std::fs::File::create(log).unwrap();
-    let child = Command::new(bin())
-        .arg(what)
-        .arg("--config")
-        .arg(cfg)
+    let mut cmd = if watchdog_pid {
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("WATCHDOG_PID=$$; export WATCHDOG_PID; exec \"$0\" \"$1\" --config \"$2\"")
+            .arg(bin())
+            .arg(what)
+            .arg(cfg);
+        c
+    } else {
+        let mut c = Command::new(bin());
+        c.arg(what)
+            .arg("--config")
+            .arg(cfg)
+            .env_remove("WATCHDOG_PID");
+        c
+    };
+    let child = cmd
         .env("NOTIFY_SOCKET", &notify.path)
         .env("WATCHDOG_USEC", WATCHDOG_USEC.to_string())
-        .env_remove("WATCHDOG_PID")
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -236,11 +233,12 @@ fn applier_pings_the_watchdog_when_watchdog_pid_is_unset() {
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::new(dir.path(), "batch", "");
     let notify = Notify::bind(dir.path());
-    let mut applier = start_notified_without_watchdog_pid(
+    let mut applier = start_notified_with(
         "apply",
         &c.applier_cfg,
         &notify,
         &dir.path().join("a.log"),
+        false,
     );
     notify.until("READY=1", Duration::from_secs(30), |l| l == "READY=1");
     check_pings(&notify, 4);

@@ -15,6 +15,39 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tidelog")
 }
 
+/// `tidelog <args>` (in `cwd` when given; RUST_LOG unset, so a daemon's `log-level` key
+/// counts), killed if it has not exited within `limit` (a daemon that starts instead of
+/// failing); its output.
+pub fn tidelog_bounded_in(
+    cwd: Option<&Path>,
+    args: &[&str],
+    limit: Duration,
+) -> std::process::Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "tidelog {args:?} still running after {limit:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// A UDP port free right now on 127.0.0.1.
 pub fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
