@@ -199,6 +199,8 @@ struct Shared {
     connected_lanes: AtomicU64,
     /// Connections to the applier lost (each followed by a reconnect attempt).
     reconnects: AtomicU64,
+    /// Entries of `wal_dir` that are not tablets, already warned about.
+    skipped: Mutex<std::collections::HashSet<String>>,
     /// One per lane: beaten by a task on the lane's own thread every 100 ms, so a lane
     /// thread that blocks (a stuck read, a deadlock) stops beating.
     lane_beats: Vec<Heartbeat>,
@@ -264,6 +266,7 @@ impl Shipper {
             shutdown: AtomicBool::new(false),
             connected_lanes: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            skipped: Mutex::new(Default::default()),
             lane_beats: (0..lanes).map(|_| Heartbeat::new()).collect(),
             lane_started: (0..lanes).map(|_| AtomicBool::new(false)).collect(),
             scanner_beat: Heartbeat::new(),
@@ -475,8 +478,18 @@ impl Drop for Shipper {
 }
 
 fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> Result<()> {
-    let found = tidelog_wal::reader::list_tablets(&shared.opts.wal_dir)
+    let (found, others) = tidelog_wal::reader::scan_tablets(&shared.opts.wal_dir)
         .with_context(|| format!("scanning {}", shared.opts.wal_dir.display()))?;
+    // Entries that are not tablets (a file system's `lost+found`, a note left by an
+    // operator) are skipped, with a warning the first time each is seen; they must not stop
+    // the tablets beside them from shipping.
+    for e in others {
+        let text = e.to_string();
+        let mut seen = shared.skipped.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.insert(text.clone()) {
+            tracing::warn!("{text}; skipped");
+        }
+    }
     let mut map = shared.tablets.lock().unwrap_or_else(|p| p.into_inner());
     for t in found {
         if map.contains_key(&t) {

@@ -425,9 +425,23 @@ impl Iterator for Reader {
     }
 }
 
-/// The tablets (sub-directories with valid tablet names) under `wal_dir`, sorted.
+/// The tablets (sub-directories with valid tablet names) under `wal_dir`, sorted; any other
+/// entry is an error naming it (the WAL tools check a directory, and say what does not
+/// belong there).
 pub fn list_tablets(wal_dir: &Path) -> Result<Vec<TabletId>> {
+    let (tablets, mut others) = scan_tablets(wal_dir)?;
+    match others.pop() {
+        Some(e) => Err(e),
+        None => Ok(tablets),
+    }
+}
+
+/// The tablets under `wal_dir`, sorted, and — instead of failing on them — the entries that
+/// are not tablet directories (e.g. a file system's `lost+found`), each as the error
+/// [`list_tablets`] would give. For tailers, which skip such entries and keep going.
+pub fn scan_tablets(wal_dir: &Path) -> Result<(Vec<TabletId>, Vec<Error>)> {
     let mut out = Vec::new();
+    let mut others = Vec::new();
     let rd = std::fs::read_dir(wal_dir).map_err(|e| Error::io("list", wal_dir, e))?;
     for ent in rd {
         let ent = ent.map_err(|e| Error::io("list", wal_dir, e))?;
@@ -437,28 +451,30 @@ pub fn list_tablets(wal_dir: &Path) -> Result<Vec<TabletId>> {
             .map_err(|e| Error::io("stat", &path, e))?
             .is_dir()
         {
-            return Err(Error::UnexpectedFile {
+            others.push(Error::UnexpectedFile {
                 path,
                 reason: "only tablet directories belong in a WAL directory".into(),
             });
+            continue;
         }
         let name = ent.file_name();
         let Some(name) = name.to_str() else {
-            return Err(Error::UnexpectedFile {
+            others.push(Error::UnexpectedFile {
                 path,
                 reason: "directory name is not UTF-8".into(),
             });
+            continue;
         };
-        let t = name
-            .parse::<TabletId>()
-            .map_err(|e| Error::UnexpectedFile {
-                path: path.clone(),
+        match name.parse::<TabletId>() {
+            Ok(t) => out.push(t),
+            Err(e) => others.push(Error::UnexpectedFile {
+                path,
                 reason: e.to_string(),
-            })?;
-        out.push(t);
+            }),
+        }
     }
     out.sort();
-    Ok(out)
+    Ok((out, others))
 }
 
 /// The segments of the tablet directory `tablet_dir`: first position and path, ascending.
