@@ -56,14 +56,26 @@ impl Daemon {
     ) -> Result<Daemon> {
         let f =
             std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(exe)
-            .arg(what)
+        let mut cmd = Command::new(exe);
+        cmd.arg(what)
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(f)
+            .stderr(f);
+        // The daemon gets SIGTERM (a graceful stop) when the process that started it dies,
+        // however it dies (a SIGTERM or SIGKILL of the demo would otherwise leave it running).
+        // SAFETY: prctl(2) with integer arguments only, between fork and exec (async-signal-safe).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
             .spawn()
             .with_context(|| format!("starting {} {what}", exe.display()))?;
         Ok(Daemon {
