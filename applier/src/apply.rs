@@ -46,6 +46,7 @@ use tidelog_wal::{
 };
 
 use crate::consistency::Consistency;
+use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::store::{Durability, Store};
@@ -85,20 +86,6 @@ impl Default for ApplyConfig {
     }
 }
 
-/// The worker's wake-up state. Rust's condvars make a `futex` wake system call on every
-/// notify, waiter or not; these flags let notifiers skip it when nobody sleeps (an apply
-/// batch per durable append and a notify per batch made ~10 000 such calls a second at
-/// 25 000 txn/s).
-#[derive(Debug, Default)]
-struct Wake {
-    /// Set by `notify`/`stop`, cleared by the worker when it wakes.
-    pending: bool,
-    /// The worker is blocked on `wake_cv`.
-    sleeping: bool,
-    /// Callers blocked on `progress_cv` in [`ApplyWorker::wait_applied`].
-    progress_waiters: usize,
-}
-
 #[derive(Debug)]
 struct Shared {
     tablet: TabletId,
@@ -106,9 +93,11 @@ struct Shared {
     safe_time: AtomicU64,
     stop: AtomicBool,
     running: AtomicBool,
-    wake: Mutex<Wake>,
-    /// Wakes the worker.
-    wake_cv: Condvar,
+    /// Wakes the worker: more to read, ready parts, or stop.
+    wake: Doorbell,
+    /// Callers blocked on `progress_cv` in [`ApplyWorker::wait_applied`] (notified only
+    /// when some are: a condvar notify is a system call, waiter or not).
+    progress_waiters: Mutex<usize>,
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
     error: Mutex<Option<Arc<Error>>>,
@@ -122,9 +111,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Wake> {
-        // `Wake` is a flag: a panic elsewhere cannot leave it inconsistent.
-        self.wake.lock().unwrap_or_else(|p| p.into_inner())
+    fn progress(&self) -> MutexGuard<'_, usize> {
+        // A count: a panic elsewhere cannot leave it inconsistent.
+        self.progress_waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn publish(&self, pos: WalPos, safe: HybridTime) {
@@ -133,33 +124,20 @@ impl Shared {
         self.applied_pos.store(pos);
         // A waiter checks `applied_pos` under this lock before it sleeps, so it either sees
         // the new position or is counted here.
-        if self.lock().progress_waiters > 0 {
+        if *self.progress() > 0 {
             self.progress_cv.notify_all();
         }
     }
 
     /// Wakes the worker (more to read, ready parts, or stop).
     fn notify(&self) {
-        let mut g = self.lock();
-        g.pending = true;
-        if g.sleeping {
-            self.wake_cv.notify_one();
-        }
+        self.wake.ring();
     }
 
     /// Sleeps until notified, stopped or `timeout`.
     fn wait(&self, timeout: Duration) {
-        let mut g = self.lock();
-        if !g.pending && !self.stop.load(Ordering::Acquire) {
-            g.sleeping = true;
-            g = self
-                .wake_cv
-                .wait_timeout(g, timeout)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            g.sleeping = false;
-        }
-        g.pending = false;
+        self.wake
+            .wait(timeout, || self.stop.load(Ordering::Acquire));
     }
 }
 
@@ -191,8 +169,8 @@ impl ApplyWorker {
             safe_time: AtomicU64::new(meta.safe_time.0),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(true),
-            wake: Mutex::new(Wake::default()),
-            wake_cv: Condvar::new(),
+            wake: Doorbell::new(false),
+            progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             error: Mutex::new(None),
             heartbeat: Heartbeat::new(),
@@ -216,7 +194,7 @@ impl ApplyWorker {
                     tracing::error!(error = %e, "apply worker stopped");
                     *sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
                 }
-                let _g = sh.lock();
+                let _g = sh.progress();
                 sh.running.store(false, Ordering::Release);
                 sh.progress_cv.notify_all();
             })
@@ -289,7 +267,7 @@ impl ApplyWorker {
     /// the position was reached.
     pub fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut g = self.shared.lock();
+        let mut g = self.shared.progress();
         loop {
             if self.applied_pos() >= pos {
                 return true;
@@ -298,14 +276,14 @@ impl ApplyWorker {
             if left.is_zero() || !self.is_running() {
                 return false;
             }
-            g.progress_waiters += 1;
+            *g += 1;
             g = self
                 .shared
                 .progress_cv
                 .wait_timeout(g, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            g.progress_waiters -= 1;
+            *g -= 1;
         }
     }
 

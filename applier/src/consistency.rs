@@ -24,6 +24,7 @@ use crossbeam::utils::CachePadded;
 use tidelog_wal::{Heartbeat, HybridTime, TabletId};
 
 use crate::core::{Core, Part, SafeTime};
+use crate::doorbell::Doorbell;
 use crate::error::Result;
 use crate::store::{ApplyOutcome, Durability, Store};
 
@@ -62,9 +63,8 @@ pub struct Consistency {
     /// Published global safe time; 0 = not initialized. Readers load it lock-free.
     global: CachePadded<AtomicU64>,
     wakers: Mutex<Wakers>,
-    /// Work for the publisher (see [`Signal`]).
-    signal: Mutex<Signal>,
-    signal_cv: Condvar,
+    /// Work for the publisher.
+    signal: Doorbell,
     /// Callers blocked on `advanced_cv` in [`Consistency::wait_for`] (notified only when
     /// some are: a condvar notify is a system call, waiter or not).
     advanced: Mutex<usize>,
@@ -82,15 +82,6 @@ pub struct Consistency {
     /// that registered after the safe time passed its records can have them (see
     /// [`Consistency::check_below_safe_time`]).
     below_safe_time: AtomicU64,
-}
-
-/// The publisher's wake-up state.
-#[derive(Debug)]
-struct Signal {
-    /// Something changed since the publisher last looked.
-    pending: bool,
-    /// The publisher is blocked on `signal_cv`.
-    sleeping: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -182,11 +173,7 @@ impl Consistency {
             store,
             global: CachePadded::new(AtomicU64::new(persisted.0)),
             wakers: Mutex::new(Wakers(BTreeMap::new())),
-            signal: Mutex::new(Signal {
-                pending: true,
-                sleeping: false,
-            }),
-            signal_cv: Condvar::new(),
+            signal: Doorbell::new(true),
             advanced: Mutex::new(0),
             advanced_cv: Condvar::new(),
             stop: AtomicBool::new(cut.is_some()),
@@ -306,11 +293,7 @@ impl Consistency {
     }
 
     fn kick(&self) {
-        let mut g = lock(&self.signal);
-        g.pending = true;
-        if g.sleeping {
-            self.signal_cv.notify_one();
-        }
+        self.signal.ring();
     }
 
     /// The published global safe time (lock-free), `None` before it is initialized.
@@ -394,19 +377,9 @@ impl Consistency {
     fn publisher_loop(&self) {
         loop {
             self.heartbeat.beat();
-            {
-                let mut g = lock(&self.signal);
-                if !g.pending && !self.stop.load(Ordering::SeqCst) {
-                    g.sleeping = true;
-                    g = self
-                        .signal_cv
-                        .wait_timeout(g, Duration::from_millis(50))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                    g.sleeping = false;
-                }
-                g.pending = false;
-            }
+            self.signal.wait(Duration::from_millis(50), || {
+                self.stop.load(Ordering::SeqCst)
+            });
             let candidate = match lock(&self.core).safe_time() {
                 SafeTime::At { ht, .. } => Some(ht),
                 SafeTime::Uninitialized { .. } | SafeTime::NoTablets => None,

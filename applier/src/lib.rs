@@ -6,6 +6,7 @@ pub mod binlog;
 pub mod consistency;
 pub mod core;
 pub mod cutover;
+mod doorbell;
 pub mod error;
 mod frame_queue;
 mod history;

@@ -574,11 +574,11 @@ async fn kv_get(
     })))
 }
 
-/// A `limit` query parameter: at least 1 (larger values are capped by each route).
-fn positive_limit(limit: Option<u64>) -> Result<Option<u64>, ApiError> {
+/// A `limit` query parameter: `default` when absent, at least 1, capped at `max`.
+fn limit(limit: Option<u64>, default: u64, max: u64) -> Result<usize, ApiError> {
     match limit {
         Some(0) => Err(ApiError::bad_request("limit: must be at least 1")),
-        l => Ok(l),
+        l => Ok(l.unwrap_or(default).min(max) as usize),
     }
 }
 
@@ -587,7 +587,7 @@ fn positive_limit(limit: Option<u64>) -> Result<Option<u64>, ApiError> {
 struct ScanQuery {
     mode: Option<String>,
     at: Option<String>,
-    limit: Option<usize>,
+    limit: Option<u64>,
 }
 
 async fn scan(
@@ -603,9 +603,7 @@ async fn scan(
             at: q.at.clone(),
         },
     )?;
-    let limit = positive_limit(q.limit.map(|l| l as u64))?
-        .unwrap_or(1000)
-        .min(100_000) as usize;
+    let limit = limit(q.limit, 1000, 100_000)?;
     let store = s.store.clone();
     let (items, more) = blocking(move || store.scan(&prefix, at, limit))
         .await?
@@ -891,9 +889,7 @@ async fn binlog(
     State(s): State<ApplierState>,
     ApiQuery(q): ApiQuery<BinlogParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let limit = positive_limit(q.limit)?
-        .unwrap_or(BINLOG_LIMIT)
-        .min(BINLOG_MAX_LIMIT) as usize;
+    let limit = limit(q.limit, BINLOG_LIMIT, BINLOG_MAX_LIMIT)?;
     let from: Option<Gtid> = match q.from_gtid.as_deref() {
         None | Some("") => None,
         Some(g) => Some(
