@@ -515,3 +515,63 @@ fn a_restarted_applier_resets_the_old_connection_at_once() {
     );
     eprintln!("resumed {:?} after the restart", t0.elapsed());
 }
+
+/// A SIGKILLed applier that stays down: the shipper notices within its silence limit (5 s),
+/// not after the QUIC idle timeout (30 s here) — its status leaves `streaming`/`idle` and
+/// names the reason — and resumes within seconds once the applier is back.
+#[test]
+fn a_dead_applier_is_noticed_within_the_silence_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
+        let text = std::fs::read_to_string(cfg).unwrap();
+        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
+        assert_ne!(text, longer, "the kit's idle timeout");
+        std::fs::write(cfg, longer).unwrap();
+    }
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let end = control_durable(&c.wal, "t1");
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    let connected = |c: &Cluster| -> Option<(String, u64)> {
+        let row = ship_row(c, "t1")?;
+        Some((
+            row["state"].as_str()?.to_string(),
+            row["acked_pos"].as_u64()?,
+        ))
+    };
+    wait_for("t1 shipped and acked", Duration::from_secs(20), || {
+        connected(&c).is_some_and(|(s, a)| (s == "streaming" || s == "idle") && a >= end)
+    });
+    applier.kill9();
+    let t0 = std::time::Instant::now();
+    wait_for(
+        "the shipper to give up the dead applier's connection",
+        Duration::from_secs(15),
+        || connected(&c).is_some_and(|(s, _)| s == "connecting"),
+    );
+    eprintln!("noticed {:?} after the SIGKILL", t0.elapsed());
+    let (_, st) = api(&c.shipper_sock, "GET", "/v1/status").unwrap();
+    assert_eq!(st["connected_lanes"], 0, "{st}");
+    // The outage outlasts a few reconnect attempts.
+    wait_for("a few reconnect attempts", Duration::from_secs(30), || {
+        scrape(&c.shipper_sock).is_some_and(|(_, text)| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("tidelog_shipper_reconnects_total "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .is_some_and(|n| n >= 3)
+        })
+    });
+    let mut applier = c.start_applier();
+    write_records(&c.wal, "t1", 2, |i| format!("w{i}").into_bytes());
+    let end = control_durable(&c.wal, "t1");
+    let t0 = std::time::Instant::now();
+    wait_for(
+        "t1's new records acked by the restarted applier",
+        Duration::from_secs(15),
+        || connected(&c).is_some_and(|(_, a)| a >= end),
+    );
+    eprintln!("resumed {:?} after the restart", t0.elapsed());
+    assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}

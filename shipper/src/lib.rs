@@ -64,6 +64,12 @@ pub struct ShipperOptions {
     pub rescan_interval: Duration,
     /// How often the source's `acked` files are rewritten (each write is two fsyncs).
     pub acked_interval: Duration,
+    /// A connection (or handshake) that has received no packet from the applier for this
+    /// long is given up and made anew. QUIC's own idle timeout (`quic.idle_timeout`, 30 s)
+    /// would otherwise keep a SIGKILLed applier's connection `streaming` that long; the
+    /// transport's keep-alive (at most every second) makes a live applier answer well
+    /// within it, even when every stream is blocked.
+    pub silence_limit: Duration,
 }
 
 impl ShipperOptions {
@@ -85,9 +91,13 @@ impl ShipperOptions {
             quic: wire::QuicTuning::default(),
             rescan_interval: Duration::from_secs(1),
             acked_interval: Duration::from_millis(500),
+            silence_limit: Duration::from_secs(5),
         }
     }
 }
+
+/// How often a tablet stopped by a source it cannot read looks again.
+const SOURCE_RETRY: Duration = Duration::from_secs(1);
 
 /// Shipping states of a tablet, as shown in status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -733,12 +743,22 @@ async fn connection(
     let cc = tls::client_config(&shared.tls, &shared.opts.quic)?;
     let connecting = endpoint.connect_with(cc, shared.opts.applier, &shared.opts.server_name)?;
     tokio::pin!(connecting);
-    // An unreachable applier holds the handshake until the idle timeout: keep taking
-    // commands meanwhile, so a shutdown does not wait for it.
+    // An unreachable applier would hold the handshake until the idle timeout: give up
+    // after the silence limit (the lane retries with backoff), and keep taking commands
+    // meanwhile, so a shutdown does not wait for it.
+    let limit = shared.opts.silence_limit;
+    let give_up = tokio::time::sleep(limit);
+    tokio::pin!(give_up);
     let conn = loop {
         tokio::select! {
             c = &mut connecting => {
                 break c.with_context(|| format!("connecting to {}", shared.opts.applier))?;
+            }
+            () = &mut give_up => {
+                anyhow::bail!(
+                    "connecting to {}: no answer within {limit:?}",
+                    shared.opts.applier
+                );
             }
             cmd = rx.recv() => match cmd {
                 Some(LaneCmd::Add(t)) => tablets.push(t),
@@ -767,6 +787,12 @@ async fn connection(
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
     shared.lane_settled(lane);
+    let mut heard = Heard::new(&conn);
+    // One timer for both periodic looks (a second one re-made in the select below would
+    // never fire: this one always ends the select first).
+    let mut look =
+        tokio::time::interval((limit / 5).clamp(Duration::from_millis(10), Duration::from_secs(1)));
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if !announce.is_empty() {
             let hello = wire::Hello {
@@ -782,7 +808,10 @@ async fn connection(
                     .collect(),
             };
             csend.write_all(&wire::encode_hello(&hello)).await?;
-            let welcome = match crx.recv().await.unwrap_or(Ok(None))? {
+            let answer = tokio::time::timeout(limit, crx.recv())
+                .await
+                .map_err(|_| anyhow::anyhow!("no Welcome from the applier within {limit:?}"))?;
+            let welcome = match answer.unwrap_or(Ok(None))? {
                 Some(Message::Welcome(w)) => w,
                 Some(Message::Error(e)) => {
                     anyhow::bail!("applier refused: {}: {}", e.code, e.message)
@@ -838,7 +867,8 @@ async fn connection(
             e = conn.closed() => {
                 anyhow::bail!("{e}");
             }
-            () = tokio::time::sleep(Duration::from_secs(1)), if !refused.is_empty() => {
+            _ = look.tick() => {
+                // Refused tablets are asked for again 5 s after the refusal.
                 let due = Instant::now() - Duration::from_secs(5);
                 refused.retain(|(t, at)| {
                     if *at <= due {
@@ -848,6 +878,13 @@ async fn connection(
                         true
                     }
                 });
+                if let Some(quiet) = heard.silent_for(&conn, limit) {
+                    conn.close(quinn::VarInt::from_u32(1), b"no packet from the applier");
+                    anyhow::bail!(
+                        "no packet from the applier for {:.1} s (limit {limit:?}); reconnecting",
+                        quiet.as_secs_f64()
+                    );
+                }
             }
             m = crx.recv() => {
                 match m.unwrap_or(Ok(None))? {
@@ -857,6 +894,32 @@ async fn connection(
                 }
             }
         }
+    }
+}
+
+/// When the connection last received a packet, from quinn's datagram count.
+struct Heard {
+    datagrams: u64,
+    at: Instant,
+}
+
+impl Heard {
+    fn new(conn: &quinn::Connection) -> Heard {
+        Heard {
+            datagrams: conn.stats().udp_rx.datagrams,
+            at: Instant::now(),
+        }
+    }
+
+    /// How long nothing has arrived, once that is longer than `limit`.
+    fn silent_for(&mut self, conn: &quinn::Connection, limit: Duration) -> Option<Duration> {
+        let n = conn.stats().udp_rx.datagrams;
+        if n != self.datagrams {
+            self.datagrams = n;
+            self.at = Instant::now();
+        }
+        let quiet = self.at.elapsed();
+        (quiet > limit).then_some(quiet)
     }
 }
 
@@ -1081,6 +1144,10 @@ async fn ship_stream(
                     st.bytes_shipped
                         .fetch_add(chunk.len as u64, Ordering::Relaxed);
                     st.frames.fetch_add(1, Ordering::Relaxed);
+                    if ShipState::from_u8(st.state.load(Ordering::Relaxed)) == ShipState::Error {
+                        tracing::info!(tablet = %tablet, at = %pos, "the source reads again");
+                        st.set_error(None);
+                    }
                     st.set_state(ShipState::Streaming);
                     last_send = Instant::now();
                     idle_wait = Duration::from_micros(50);
@@ -1097,18 +1164,33 @@ async fn ship_stream(
                     idle_wait = (idle_wait * 2)
                         .min(shared.opts.poll_interval.max(Duration::from_micros(50)));
                 }
-                Err(e) => {
-                    if let TailError::NeedsBootstrap { .. } = e {
-                        st.set_state(ShipState::NeedsBootstrap);
-                        let _ = send
-                            .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
-                            .await;
-                    } else {
-                        st.set_state(ShipState::Error);
-                    }
+                Err(e @ TailError::NeedsBootstrap { .. }) => {
+                    st.set_state(ShipState::NeedsBootstrap);
+                    let _ = send
+                        .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
+                        .await;
                     st.set_error(Some(e.to_string()));
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     anyhow::bail!("{e}");
+                }
+                Err(e) => {
+                    // The source cannot be read at `pos` (a damaged record, an I/O error):
+                    // reconnecting would not help. The tablet stays in `error`, its stream
+                    // open and kept alive at what was shipped, and the read is retried now
+                    // and then (an operator may repair the source).
+                    if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::Error {
+                        tracing::error!(tablet = %tablet, "{e}; shipping of this tablet stopped");
+                    }
+                    st.set_state(ShipState::Error);
+                    st.set_error(Some(e.to_string()));
+                    send.write_all(&wire::encode_keepalive(&tablet, pos, safe))
+                        .await?;
+                    last_send = Instant::now();
+                    let notified = st.resume.notified();
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(SOURCE_RETRY) => {}
+                    }
                 }
             }
         }

@@ -283,3 +283,106 @@ fn a_tablet_created_while_running_is_shipped_without_waiting_for_a_rescan() {
     shipper.shutdown();
     rt.block_on(intake.shutdown());
 }
+
+/// A record damaged at the source (a bit flipped on disk under `durable_pos`): the records
+/// before it are shipped, the tablet stops in `error` naming the segment file and the
+/// position — not a reconnect loop with the applier refusing the frame — and the other
+/// tablets keep flowing. Once the byte is repaired, the rest goes.
+#[test]
+fn a_damaged_source_record_stops_its_tablet_in_error_naming_the_file() {
+    use std::os::unix::fs::FileExt;
+    let p = pki("t");
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    let addr = intake.local_addr().unwrap();
+    let (bad_t, good_t) = (tablet(0), tablet(1));
+    let mut bad_w = source(src.path(), &bad_t, 1 << 20);
+    let mut good_w = source(src.path(), &good_t, 1 << 20);
+    write_records(&mut bad_w, 0, 10, 200);
+    write_records(&mut good_w, 0, 10, 200);
+    let records = read_all(src.path(), &bad_t);
+    let victim = records[6].0;
+    let segs = tidelog_wal::reader::list_segments(&src.path().join(bad_t.as_str())).unwrap();
+    let (first, path) = segs.iter().rev().find(|(f, _)| *f <= victim).unwrap();
+    let off = tidelog_wal::reader::SEGMENT_DATA_OFFSET + victim.since(*first) + 40;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut byte = [0u8; 1];
+    file.read_exact_at(&mut byte, off).unwrap();
+    file.write_all_at(&[byte[0] ^ 0x10], off).unwrap();
+
+    let shipper = Shipper::start(
+        shipper_opts(src.path(), addr, IoChoice::Auto, 1),
+        client_tls(&p),
+    )
+    .unwrap();
+    wait_received(
+        &intake,
+        &good_t,
+        good_w.written_pos(),
+        "the other tablet",
+        Duration::from_secs(30),
+    );
+    wait_received(
+        &intake,
+        &bad_t,
+        victim,
+        "the records before the damage",
+        Duration::from_secs(30),
+    );
+    wait_for(
+        "the damaged tablet in error",
+        Duration::from_secs(10),
+        || {
+            shipper
+                .status()
+                .get(&bad_t)
+                .is_some_and(|s| s.state == "error")
+        },
+    );
+    let row = shipper.status().remove(&bad_t).unwrap();
+    let err = row.error.clone().unwrap_or_default();
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains(&victim.to_string()),
+        "the error names the file and the position: {err}"
+    );
+    assert!(err.contains("checksum"), "{err}");
+    assert_eq!(
+        row.shipped_pos, victim.0,
+        "nothing at or past the damage shipped"
+    );
+    // It stays there: no reconnects, no stream reopened, nothing more received, while the
+    // shipper looks again every second.
+    let until = std::time::Instant::now() + Duration::from_millis(2500);
+    while std::time::Instant::now() < until {
+        let row = shipper.status().remove(&bad_t).unwrap();
+        assert_eq!((row.state, row.stream_reopens), ("error", 0), "{row:?}");
+        assert_eq!(intake.tablet(&bad_t).unwrap().received_pos(), victim);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(shipper.reconnects(), 0);
+
+    // Repaired: the rest is shipped, identical to the source.
+    file.write_all_at(&byte, off).unwrap();
+    wait_received(
+        &intake,
+        &bad_t,
+        bad_w.written_pos(),
+        "the rest after the repair",
+        Duration::from_secs(30),
+    );
+    wait_for("the tablet out of error", Duration::from_secs(10), || {
+        shipper
+            .status()
+            .get(&bad_t)
+            .is_some_and(|s| s.state != "error" && s.error.is_none())
+    });
+    assert!(read_all(src.path(), &bad_t) == read_all(&dst.path().join("received"), &bad_t));
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}
