@@ -727,6 +727,25 @@ async fn serve_connection(
     tokio::select! {
         r = serve_control(shared.clone(), &conn, csend, crecv, conn_id) => r,
         r = accept_tablet_streams(shared.clone(), &conn, conn_id) => r,
+        r = watch_silence(&conn, shared.opts.quic.silence_limit) => r,
+    }
+}
+
+/// Ends a connection that has received nothing for `limit` (a SIGKILLed shipper's, whose
+/// tablets would otherwise stay claimed and shown as streaming until the idle timeout).
+async fn watch_silence(conn: &quinn::Connection, limit: Duration) -> Result<()> {
+    let mut silence = wire::Silence::new(conn.stats().udp_rx.datagrams);
+    let mut look = tokio::time::interval(wire::Silence::look_every(limit));
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        look.tick().await;
+        if let Some(quiet) = silence.exceeded(conn.stats().udp_rx.datagrams, limit) {
+            conn.close(quinn::VarInt::from_u32(1), b"no packet from the shipper");
+            anyhow::bail!(
+                "no packet from the shipper for {:.1} s (limit {limit:?})",
+                quiet.as_secs_f64()
+            );
+        }
     }
 }
 

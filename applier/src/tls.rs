@@ -31,7 +31,7 @@ pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
         .max_concurrent_uni_streams(vi(0, "streams")?)
         .initial_mtu(t.max_udp_payload.max(1200))
         .min_mtu(t.max_udp_payload.clamp(1200, 1452))
-        .keep_alive_interval(Some(t.idle_timeout / 4))
+        .keep_alive_interval(Some(t.keep_alive()))
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(t.idle_timeout).context("idle timeout out of range")?,
         ));

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -35,9 +35,13 @@ use crate::{certs, metrics, notify, service};
 /// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 60 s).
 const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 
-/// Runs the applier until SIGTERM/SIGINT. With `check`, validates the config and exits.
+/// Runs the applier until SIGTERM/SIGINT. With `check`, does what start-up does before its
+/// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_applier(config_path)?;
+    let (tls, warnings) =
+        preflight(&cfg).map_err(|e| anyhow!("{}: {e:#}", config_path.display()))?;
+    config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
         return Ok(());
@@ -48,22 +52,28 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    rt.block_on(serve(cfg))
+    rt.block_on(serve(cfg, tls))
 }
 
-/// Loads the PEM files named in `[tls]`.
-pub fn tls_material(
-    tls: &config::TlsConfig,
-) -> Result<(
-    Vec<rustls::pki_types::CertificateDer<'static>>,
-    Vec<rustls::pki_types::CertificateDer<'static>>,
-    rustls::pki_types::PrivateKeyDer<'static>,
-)> {
-    Ok((
-        certs::load_certs(&tls.ca)?,
-        certs::load_certs(&tls.cert)?,
-        certs::load_key(&tls.key)?,
-    ))
+/// The start-up steps that can fail without side effects (all `--check` does after
+/// parsing): loads `[tls]` ([`certs::Material::load`]) and builds the QUIC server config
+/// the intake will build from it. The error names the key (`key "tls.key": …`); the
+/// warnings are a private key others can read.
+fn preflight(cfg: &ApplierConfig) -> Result<(certs::Material, Vec<String>)> {
+    let tls = certs::Material::load(&cfg.tls)?;
+    let warnings = certs::key_mode_warning(&cfg.tls.key).into_iter().collect();
+    tidelog_applier::tls::server_config(intake_material(&tls), &cfg.quic.tuning())
+        .context("[tls]")?;
+    Ok((tls, warnings))
+}
+
+/// The intake's copy of the TLS material.
+fn intake_material(m: &certs::Material) -> TlsMaterial {
+    TlsMaterial {
+        ca: m.ca.clone(),
+        chain: m.chain.clone(),
+        key: m.key.clone_key(),
+    }
 }
 
 /// The apply workers, one per tablet, created when a tablet first shows up.
@@ -176,7 +186,7 @@ impl WarmState {
     }
 }
 
-async fn serve(cfg: ApplierConfig) -> Result<()> {
+async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     // Before anything slow: a SIGTERM from now on is handled, never the default kill.
     let mut signals = Signals::install()?;
     notify::status("recovering: opening the store and the received logs");
@@ -217,19 +227,14 @@ async fn serve(cfg: ApplierConfig) -> Result<()> {
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
     });
-    let (ca, chain, key) = tls_material(&cfg.tls)?;
     let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
     opts.sync = cfg.sync;
     opts.segment_size = cfg.segment_size;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
-    opts.quic = tidelog_wal::wire::QuicTuning {
-        receive_window: cfg.quic.receive_window,
-        stream_receive_window: cfg.quic.stream_receive_window,
-        max_udp_payload: cfg.quic.max_udp_payload,
-        idle_timeout: cfg.quic.idle_timeout,
-    };
+    opts.quic = cfg.quic.tuning();
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
+    let certs::Material { ca, chain, key } = tls;
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
     if let Some(c) = &cutover {
         intake.refuse(&refusal_reason(c.cut));

@@ -13,6 +13,10 @@
 //! overwritten unless `force` is set. Certificates are valid from the start of the current
 //! year for ten years.
 //!
+//! [`Material::load`] is how the daemons read `[tls]` at start and in `--check`: every file
+//! parsed, the CA usable as a trust anchor, the key the certificate's; an error names the
+//! config key and the file. [`key_mode_warning`] reports a private key others can read.
+//!
 //! [`server_config`] and [`client_config`] build the TLS 1.3 configurations the daemons use:
 //! the applier requires a client certificate signed by `tls.ca`, the shipper verifies the
 //! applier's against the same CA; both offer ALPN [`ALPN`].
@@ -20,7 +24,7 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::IpAddr;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -31,7 +35,8 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, InconsistentKeys, RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -235,18 +240,94 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     })
 }
 
+/// The PEM files of a daemon's `[tls]`, parsed and checked the way start-up uses them.
+#[derive(Debug)]
+pub struct Material {
+    /// `tls.ca`: the certificates the peer's must chain to.
+    pub ca: Vec<CertificateDer<'static>>,
+    /// `tls.cert`: this end's certificate chain, its own certificate first.
+    pub chain: Vec<CertificateDer<'static>>,
+    /// `tls.key`: the private key of `chain[0]`.
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Material {
+    /// Loads `tls.ca`, `tls.cert` and `tls.key` and checks what the TLS configurations will
+    /// need: each CA certificate usable as a trust anchor, the key a supported private key,
+    /// the certificate parseable and its public key the private key's. Reads the files only.
+    /// Errors name the key and the file: `key "tls.key": /etc/tidelog/tls/applier.key: no
+    /// private key found`; callers add the config file.
+    pub fn load(tls: &TlsConfig) -> Result<Material> {
+        let named = |key: &str, e: anyhow::Error| anyhow!("key \"tls.{key}\": {e:#}");
+        let ca = load_certs(&tls.ca).map_err(|e| named("ca", e))?;
+        root_store(&tls.ca, &ca).map_err(|e| named("ca", e))?;
+        let chain = load_certs(&tls.cert).map_err(|e| named("cert", e))?;
+        let key = load_key(&tls.key).map_err(|e| named("key", e))?;
+        let signer = provider()
+            .key_provider
+            .load_private_key(key.clone_key())
+            .map_err(|e| {
+                anyhow!(
+                    "key \"tls.key\": {}: not a usable private key: {e}",
+                    tls.key.display()
+                )
+            })?;
+        match CertifiedKey::new(chain.clone(), signer).keys_match() {
+            // `Unknown`: the key cannot say its public key; rustls accepts it the same way.
+            Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+            Err(rustls::Error::InconsistentKeys(_)) => bail!(
+                "key \"tls.key\": {} is not the private key of the certificate in {} \
+                 (tls.cert)",
+                tls.key.display(),
+                tls.cert.display()
+            ),
+            Err(e) => bail!(
+                "key \"tls.cert\": {}: not a usable certificate: {e}",
+                tls.cert.display()
+            ),
+        }
+        Ok(Material { ca, chain, key })
+    }
+}
+
+/// Why `key` (the `tls.key` file) can be read by others than the daemon, if it can: any
+/// group or other permission bit (`mode & 0o077`), except group read when the file's group
+/// is the daemon's own (the README's `chgrp tidelog *.key && chmod 0640 *.key`, for keys
+/// owned by root and read by the `tidelog` user). `None` also when the file cannot be
+/// stat-ed (loading it reports that).
+pub fn key_mode_warning(key: &Path) -> Option<String> {
+    let meta = std::fs::metadata(key).ok()?;
+    let mode = meta.mode() & 0o7777;
+    let loose = mode & 0o077;
+    // SAFETY: getegid(2) takes no arguments and cannot fail.
+    let own_group = meta.gid() == unsafe { libc::getegid() };
+    if loose == 0 || (loose == 0o040 && own_group) {
+        return None;
+    }
+    Some(format!(
+        "key \"tls.key\": {} is accessible by group or others (mode {mode:04o}); a private \
+         key should be mode 0600, or 0640 with the daemon's own group",
+        key.display()
+    ))
+}
+
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn roots(ca: &Path) -> Result<RootCertStore> {
+/// `certs` (read from `path`) as trust anchors.
+fn root_store(path: &Path, certs: &[CertificateDer<'static>]) -> Result<RootCertStore> {
     let mut roots = RootCertStore::empty();
-    for c in load_certs(ca)? {
+    for c in certs {
         roots
-            .add(c)
-            .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+            .add(c.clone())
+            .with_context(|| format!("{}: not a usable CA certificate", path.display()))?;
     }
     Ok(roots)
+}
+
+fn roots(ca: &Path) -> Result<RootCertStore> {
+    root_store(ca, &load_certs(ca)?)
 }
 
 /// The applier's TLS 1.3 server configuration: its certificate and key, and a client

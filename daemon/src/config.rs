@@ -155,6 +155,11 @@ pub struct QuicConfig {
     /// A connection without traffic for this long is closed. Default `30s`.
     #[serde(deserialize_with = "de_duration")]
     pub idle_timeout: Duration,
+    /// A connection (or handshake) that has received no packet for this long is given up
+    /// and, by the shipper, made anew; keep-alives go out at least every fifth of it.
+    /// Default `5s`.
+    #[serde(deserialize_with = "de_duration")]
+    pub silence_limit: Duration,
 }
 
 /// The shipper's file read engine (DESIGN §4).
@@ -263,11 +268,23 @@ impl Default for QuicConfig {
             stream_receive_window: 16 << 20,
             max_udp_payload: 1472,
             idle_timeout: Duration::from_secs(30),
+            silence_limit: Duration::from_secs(5),
         }
     }
 }
 
 impl QuicConfig {
+    /// The libraries' form of these settings.
+    pub fn tuning(&self) -> tidelog_wal::wire::QuicTuning {
+        tidelog_wal::wire::QuicTuning {
+            receive_window: self.receive_window,
+            stream_receive_window: self.stream_receive_window,
+            max_udp_payload: self.max_udp_payload,
+            idle_timeout: self.idle_timeout,
+            silence_limit: self.silence_limit,
+        }
+    }
+
     /// Limits QUIC itself imposes.
     pub fn validate(&self) -> Result<()> {
         if !(1200..=65527).contains(&self.max_udp_payload) {
@@ -288,6 +305,12 @@ impl QuicConfig {
         }
         if self.idle_timeout.is_zero() {
             bail!("key \"quic.idle-timeout\": must be > 0");
+        }
+        if self.silence_limit < Duration::from_millis(50) {
+            bail!(
+                "key \"quic.silence-limit\": {:?} is too short (at least 50ms)",
+                self.silence_limit
+            );
         }
         Ok(())
     }
@@ -499,6 +522,19 @@ pub fn check_shipper(path: &Path) -> Result<ShipperConfig> {
     c.validate()
         .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
     Ok(c)
+}
+
+/// Reports what start-up (or `--check`) found questionable in the daemon configured by
+/// `path` without refusing it: on stderr as `warning: F: …` with `check` (whatever the log
+/// level), else logged at warn level.
+pub fn report_warnings(path: &Path, warnings: &[String], check: bool) {
+    for w in warnings {
+        if check {
+            eprintln!("warning: {}: {w}", path.display());
+        } else {
+            tracing::warn!("{}: {w}", path.display());
+        }
+    }
 }
 
 fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
@@ -758,6 +794,7 @@ receive-window = 1048576
 stream-receive-window = "512KiB"
 max-udp-payload = 9000
 idle-timeout = "1m"
+silence-limit = "2s"
 "#,
         )
         .unwrap();
@@ -778,6 +815,8 @@ idle-timeout = "1m"
         assert_eq!(c.quic.stream_receive_window, 512 << 10);
         assert_eq!(c.quic.max_udp_payload, 9000);
         assert_eq!(c.quic.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.quic.silence_limit, Duration::from_secs(2));
+        assert_eq!(c.quic.tuning().silence_limit, Duration::from_secs(2));
     }
 
     #[test]
@@ -1013,6 +1052,13 @@ ship-unsynced = true
         c.quic.max_udp_payload = 1000;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.contains("quic.max-udp-payload"), "{e}");
+        c.quic.max_udp_payload = 1472;
+        c.quic.silence_limit = Duration::from_millis(10);
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            e.contains("quic.silence-limit") && e.contains("at least 50ms"),
+            "{e}"
+        );
 
         let mut s = ShipperConfig {
             tls,
@@ -1048,7 +1094,7 @@ ship-unsynced = true
         let e = format!("{:#}", s.validate().unwrap_err());
         assert!(e.starts_with("key \"lanes\": 100000 is above"), "{e}");
 
-        c.quic.max_udp_payload = 1472;
+        c.quic.silence_limit = Duration::from_secs(5);
         c.validate().unwrap();
         c.binlog_retention = Duration::ZERO;
         let e = format!("{:#}", c.validate().unwrap_err());

@@ -3,16 +3,24 @@
 //! binary (the way systemd would: `tidelog apply|ship --config F`), runs the bank workload
 //! over 8 tablets with a live progress line, checks the bank total at consistent reads while
 //! it runs, prints a summary and stops everything.
+//!
+//! SIGTERM or SIGINT (Ctrl-C) while it runs stops the workload, stops both daemons with
+//! SIGTERM (a clean stop), removes the directory (unless `--keep`) and exits with 128 + the
+//! signal after one line saying so ([`Interrupted`]); a second signal exits at once, leaving
+//! the directory (the daemons still get SIGTERM: `PR_SET_PDEATHSIG`).
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde_json::Value;
+use tokio::signal::unix::{signal, SignalKind};
 
 use crate::load::{self, LoadOptions, Workload};
 use crate::{certs, ctl};
@@ -267,13 +275,154 @@ fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
     )))
 }
 
+/// How long a daemon of the demo gets to stop after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => "a signal",
+    }
+}
+
+/// SIGTERM or SIGINT received during the demo: the first one's number, and a wake-up for
+/// the demo's waits.
+#[derive(Debug, Clone, Default)]
+struct Interrupt(Arc<(Mutex<Option<i32>>, Condvar)>);
+
+impl Interrupt {
+    /// Handles SIGTERM and SIGINT from now on, on a thread of its own: the first one is
+    /// recorded (and wakes [`Interrupt::sleep`]); a second exits the process at once with
+    /// 128 + its number, saying that `dir` stays.
+    fn install(dir: &Path) -> Result<Interrupt> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the runtime of the signal handlers")?;
+        let (mut term, mut int) = {
+            let _in_rt = rt.enter();
+            (
+                signal(SignalKind::terminate()).context("SIGTERM handler")?,
+                signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            )
+        };
+        let interrupt = Interrupt::default();
+        let (i2, dir) = (interrupt.clone(), dir.to_path_buf());
+        std::thread::Builder::new()
+            .name("demo-signals".into())
+            .spawn(move || {
+                rt.block_on(async move {
+                    loop {
+                        let sig = tokio::select! {
+                            Some(()) = term.recv() => libc::SIGTERM,
+                            Some(()) = int.recv() => libc::SIGINT,
+                            else => return,
+                        };
+                        if !i2.set(sig) {
+                            eprintln!(
+                                "tidelog demo: second {}: exiting at once, leaving {}",
+                                signal_name(sig),
+                                dir.display()
+                            );
+                            std::process::exit(128 + sig);
+                        }
+                    }
+                });
+            })
+            .context("spawning the signal thread")?;
+        Ok(interrupt)
+    }
+
+    /// Records `sig` unless a signal was already recorded; whether it was the first.
+    fn set(&self, sig: i32) -> bool {
+        let (m, cv) = &*self.0;
+        let mut got = m.lock().unwrap_or_else(|p| p.into_inner());
+        if got.is_some() {
+            return false;
+        }
+        *got = Some(sig);
+        cv.notify_all();
+        true
+    }
+
+    /// The first signal received, if any.
+    fn signal(&self) -> Option<i32> {
+        *self.0 .0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An error once a signal was received.
+    fn check(&self) -> Result<()> {
+        match self.signal() {
+            Some(sig) => Err(anyhow!("interrupted by {}", signal_name(sig))),
+            None => Ok(()),
+        }
+    }
+
+    /// Sleeps for `d`, or until a signal arrives (an error then).
+    fn sleep(&self, d: Duration) -> Result<()> {
+        let (m, cv) = &*self.0;
+        let got = m.lock().unwrap_or_else(|p| p.into_inner());
+        let (got, _) = cv
+            .wait_timeout_while(got, d, |g| g.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        drop(got);
+        self.check()
+    }
+}
+
+/// The end of a demo stopped by SIGTERM or SIGINT; `main` prints it (one line) and exits
+/// with [`Interrupted::exit_code`].
+#[derive(Debug)]
+pub struct Interrupted {
+    /// The signal's number.
+    pub signal: i32,
+    /// What became of the demo directory.
+    pub dir_note: String,
+}
+
+impl Interrupted {
+    /// 128 + the signal, as a shell reports a process the signal ended.
+    pub fn exit_code(&self) -> u8 {
+        u8::try_from(128 + self.signal).unwrap_or(1)
+    }
+}
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tidelog demo: interrupted by {}; workload, applier and shipper stopped, {}",
+            signal_name(self.signal),
+            self.dir_note
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 pub fn run(args: DemoArgs) -> Result<()> {
     if args.tablets == 0 || args.accounts < 2 {
         bail!("the demo needs at least one tablet and two accounts");
     }
     let dir = std::env::temp_dir().join(format!("tidelog-demo-{}", std::process::id()));
+    // Before the directory exists: from now on SIGTERM and SIGINT are the demo's to handle.
+    let interrupt = Interrupt::install(&dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = demo(&args, &dir);
+    let result = demo(&args, &dir, &interrupt);
+    if let Some(signal) = interrupt.signal() {
+        // Whatever `demo` was doing ended because of the signal (a child that got the
+        // terminal's SIGINT too may have exited first): its error is not the story.
+        let dir_note = if args.keep {
+            format!("directory kept: {}", dir.display())
+        } else {
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => format!("{} removed", dir.display()),
+                Err(e) => format!("removing {}: {e}", dir.display()),
+            }
+        };
+        return Err(Interrupted { signal, dir_note }.into());
+    }
     if args.keep || result.is_err() {
         println!("demo directory kept: {}", dir.display());
     } else if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -282,7 +431,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     result
 }
 
-fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
+fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt) -> Result<()> {
     println!(
         "tidelog demo: {} tablets, bank workload ({} accounts) for {}, offered {} txn/s",
         args.tablets,
@@ -305,6 +454,7 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     );
     println!("  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}");
     let exe = std::env::current_exe().context("locating this binary")?;
+    interrupt.check()?;
     let mut applier = Daemon::spawn(
         &exe,
         "apply",
@@ -313,16 +463,81 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         "info",
     )?;
     let mut shipper = Daemon::spawn(&exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "info")?;
+    let result = drive(
+        args,
+        dir,
+        interrupt,
+        &mut applier,
+        &mut shipper,
+        &asock,
+        &wal,
+    );
+    if interrupt.signal().is_some() {
+        // A clean stop (the load thread has stopped: `drive` joined it), not the SIGKILL
+        // of their drop. On the normal path `drive` stopped them already.
+        for d in [&mut shipper, &mut applier] {
+            if let Err(e) = d.stop(STOP_TIMEOUT) {
+                eprintln!("warning: {e:#}");
+            }
+        }
+    }
+    result
+}
+
+/// The bank workload's thread; when dropped (an early return), stopped and joined, so that
+/// nothing writes into the demo directory any more.
+struct LoadThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Result<load::Summary>>>,
+}
+
+impl LoadThread {
+    fn is_finished(&self) -> bool {
+        self.handle.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    fn join(mut self) -> Result<load::Summary> {
+        let h = self
+            .handle
+            .take()
+            .context("the load thread was joined already")?;
+        h.join().map_err(|_| anyhow!("the load thread panicked"))?
+    }
+}
+
+impl Drop for LoadThread {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            self.stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
+}
+
+/// The demo with its daemons running: the workload with its progress lines and checks, the
+/// summary, and the daemons' clean stop. Returns early (an error) on a signal.
+fn drive(
+    args: &DemoArgs,
+    dir: &Path,
+    interrupt: &Interrupt,
+    applier: &mut Daemon,
+    shipper: &mut Daemon,
+    asock: &Path,
+    wal: &Path,
+) -> Result<()> {
     let api = Api {
         rt: tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?,
-        socket: asock.clone(),
+        socket: asock.to_path_buf(),
     };
     applier.wait_until(
         &format!("the applier answering on {}", asock.display()),
         Duration::from_secs(30),
-        || Ok(api.get("/v1/status").is_ok()),
+        || {
+            interrupt.check()?;
+            Ok(api.get("/v1/status").is_ok())
+        },
     )?;
     println!(
         "  applier (pid {}) and shipper (pid {}) running\n",
@@ -335,7 +550,7 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     // The generator's own once-a-second report: this loop's ticks are not in step with
     // its reports, so counts sampled here would show 0 one second and double the next.
     let report: Arc<Mutex<Option<load::Progress>>> = Arc::default();
-    let mut lo = LoadOptions::new(Workload::Bank, &wal);
+    let mut lo = LoadOptions::new(Workload::Bank, wal);
     lo.tablets = args.tablets;
     lo.rate = args.rate;
     lo.duration = Some(args.duration);
@@ -345,20 +560,24 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
     // back until its heartbeat, so heartbeats come quickly here (8 tablets × 200/s).
     lo.heartbeat_interval = Duration::from_millis(5);
     let (st2, r2) = (stop.clone(), report.clone());
-    let load = std::thread::Builder::new()
+    let handle = std::thread::Builder::new()
         .name("bank".into())
         .spawn(move || {
             load::run(lo, &st2, |p| {
                 *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
             })
         })?;
+    let load = LoadThread {
+        stop,
+        handle: Some(handle),
+    };
 
     let started = Instant::now();
     let mut lags: Vec<u64> = Vec::new();
     let mut checks = 0u32;
     let expected = args.accounts * 1000;
     while !load.is_finished() {
-        std::thread::sleep(Duration::from_millis(1000));
+        interrupt.sleep(Duration::from_millis(1000))?;
         applier.check_alive()?;
         shipper.check_alive()?;
         let (txn_s, mb_s) = report
@@ -391,9 +610,7 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
             lag.map_or("-".into(), |l| format!("{l} ms")),
         );
     }
-    let summary = load
-        .join()
-        .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
+    let summary = load.join()?;
     // Everything written becomes visible: wait for the safe time to pass the last record.
     let last_ht = summary
         .tablet_ends
@@ -414,7 +631,7 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         if Instant::now() > deadline {
             bail!("safe time did not reach the end of the workload within 60 s");
         }
-        std::thread::sleep(Duration::from_millis(20));
+        interrupt.sleep(Duration::from_millis(20))?;
     }
     let Some((total, n, read_ht)) = bank_total(&api)? else {
         bail!("no consistent read possible after the workload");
@@ -487,8 +704,8 @@ fn demo(args: &DemoArgs, dir: &Path) -> Result<()> {
         };
         println!("  trx_status     {trx:<26} {state:<9} {detail}");
     }
-    shipper.stop(Duration::from_secs(20))?;
-    applier.stop(Duration::from_secs(20))?;
+    shipper.stop(STOP_TIMEOUT)?;
+    applier.stop(STOP_TIMEOUT)?;
     println!("  applier and shipper stopped cleanly (SIGTERM)");
     Ok(())
 }

@@ -6,7 +6,9 @@
 //!
 //! Exit codes: 0 success, 1 failure (the message is on stderr), 2 bad command line. The
 //! daemons (`apply`, `ship`) also exit 143 on a second SIGTERM, 130 on a second SIGINT and
-//! 131 on SIGQUIT (at once, see `tidelog::signals`).
+//! 131 on SIGQUIT (at once, see `tidelog::signals`); `demo` exits 143 / 130 when a SIGTERM /
+//! SIGINT stopped it (after stopping its daemons and removing its directory, see
+//! `tidelog::demo`).
 //!
 //! Logs go to stderr, plain (no ANSI colours) unless stderr is a terminal, without
 //! timestamps when stderr is the journal (`JOURNAL_STREAM`, which systemd sets; journald
@@ -61,17 +63,20 @@ enum Command {
     Ctl(ctl::CtlArgs),
 }
 
-/// `tidelog certs …`
+/// `tidelog apply|ship …`
 #[derive(Debug, Args)]
 struct DaemonArgs {
     /// The daemon's TOML configuration file.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
-    /// Parse and validate the configuration (and the TLS files it names), then exit.
+    /// Parse and validate the configuration, load the TLS files it names and build the TLS
+    /// configuration from them (and, for `ship`, probe io_uring as `io-engine` asks), then
+    /// exit: everything start-up does before its first side effect.
     #[arg(long)]
     check: bool,
 }
 
+/// `tidelog certs …`
 #[derive(Debug, Args)]
 struct CertsArgs {
     #[command(subcommand)]
@@ -205,9 +210,16 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", error_text(&e));
-            ExitCode::FAILURE
-        }
+        Err(e) => match e.downcast_ref::<tidelog::demo::Interrupted>() {
+            // Not a failure to explain: the one line says what was stopped and removed.
+            Some(i) => {
+                eprintln!("{i}");
+                ExitCode::from(i.exit_code())
+            }
+            None => {
+                eprintln!("error: {}", error_text(&e));
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -16,10 +16,9 @@ use tidelog_shipper::{Shipper, ShipperOptions, TlsMaterial};
 use tidelog_wal::TabletId;
 
 use crate::admin::{self, ApiError, ApiQuery};
-use crate::applier_daemon::tls_material;
 use crate::config::{self, IoEngine, ShipperConfig};
 use crate::signals::Signals;
-use crate::{metrics, notify, service};
+use crate::{certs, metrics, notify, service};
 
 /// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 30 s).
 const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(25);
@@ -28,9 +27,13 @@ const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(25);
 /// applier can hold a QUIC handshake until `quic.idle-timeout`); the lanes keep retrying.
 const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Runs the shipper until SIGTERM/SIGINT. With `check`, validates the config and exits.
+/// Runs the shipper until SIGTERM/SIGINT. With `check`, does what start-up does before its
+/// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_shipper(config_path)?;
+    let (tls, warnings) =
+        preflight(&cfg, check).map_err(|e| anyhow!("{}: {e:#}", config_path.display()))?;
+    config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
         return Ok(());
@@ -39,7 +42,39 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    rt.block_on(serve(cfg))
+    rt.block_on(serve(cfg, tls))
+}
+
+/// The start-up steps that can fail without side effects (all `--check` does after
+/// parsing): the library options, `[tls]` loaded ([`certs::Material::load`]) and the QUIC
+/// client config built from it as the lanes build it, and the I/O engine chosen the way
+/// [`Shipper::start`] chooses it (`io-engine = "uring"` without a working io_uring fails).
+/// The error names the key (`key "tls.key": …`); the warnings are a private key others can
+/// read and, with `check`, `auto` falling back to `std` (a start logs that itself).
+fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<String>)> {
+    let opts = options(cfg)?;
+    let tls = certs::Material::load(&cfg.tls)?;
+    let mut warnings: Vec<String> = certs::key_mode_warning(&cfg.tls.key).into_iter().collect();
+    tidelog_shipper::tls::client_config(&lane_material(&tls), &opts.quic).context("[tls]")?;
+    match tidelog_shipper::io::choose(opts.io_engine) {
+        Err(e) => bail!("key \"io-engine\": {e}"),
+        Ok((_, Some(why))) if check => warnings.push(format!(
+            "key \"io-engine\": \"{}\" falls back to the std engine: io_uring is unavailable \
+             ({why})",
+            cfg.io_engine
+        )),
+        Ok(_) => {}
+    }
+    Ok((tls, warnings))
+}
+
+/// The shipper library's copy of the TLS material.
+fn lane_material(m: &certs::Material) -> TlsMaterial {
+    TlsMaterial {
+        ca: m.ca.clone(),
+        chain: m.chain.clone(),
+        key: m.key.clone_key(),
+    }
 }
 
 /// The library options for a config.
@@ -60,20 +95,15 @@ pub fn options(cfg: &ShipperConfig) -> Result<ShipperOptions> {
     o.reconnect_min = cfg.reconnect_min;
     o.reconnect_max = cfg.reconnect_max;
     o.ship_unsynced = cfg.ship_unsynced;
-    o.quic = tidelog_wal::wire::QuicTuning {
-        receive_window: cfg.quic.receive_window,
-        stream_receive_window: cfg.quic.stream_receive_window,
-        max_udp_payload: cfg.quic.max_udp_payload,
-        idle_timeout: cfg.quic.idle_timeout,
-    };
+    o.quic = cfg.quic.tuning();
     Ok(o)
 }
 
-async fn serve(cfg: ShipperConfig) -> Result<()> {
+async fn serve(cfg: ShipperConfig, tls: certs::Material) -> Result<()> {
     // Before anything slow: a SIGTERM from now on is handled, never the default kill.
     let mut signals = Signals::install()?;
     notify::status("starting: scanning the WAL directory, connecting to the applier");
-    let (ca, chain, key) = tls_material(&cfg.tls)?;
+    let certs::Material { ca, chain, key } = tls;
     let opts = options(&cfg)?;
     let shipper = Arc::new(
         tokio::task::spawn_blocking(move || Shipper::start(opts, TlsMaterial { ca, chain, key }))

@@ -269,3 +269,157 @@ fn out_of_bounds_values_are_refused_naming_the_key() {
     );
     s.accepted("apply", "expect-tablets = [\"t1\", \"t2\"]");
 }
+
+/// `--check` loads the `[tls]` PEM files and builds the TLS configuration the daemon would
+/// (a start does the same before its first side effect): a garbage key, a key that is not
+/// the certificate's and a CA file without a certificate fail naming the file, the key and
+/// the PEM file; a `tidelog certs init` set passes without a warning.
+#[test]
+fn tls_files_are_loaded_and_matched_by_check() {
+    let s = setup();
+    let tls = s.cluster.root.join("tls");
+    for cmd in ["apply", "ship"] {
+        let out = s.run(cmd, "", true);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{cmd} --check: {stderr}");
+        assert_eq!(stdout, format!("{}: ok\n", s.cfg(cmd).display()));
+        assert!(!stderr.contains("warning"), "{cmd} --check: {stderr}");
+    }
+
+    let bad = s.cluster.root.join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    let file = |name: &str, contents: &str| {
+        let p = bad.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p.display().to_string()
+    };
+    let garbage = file("garbage.key", "this is not a key\n");
+    let armoured = file(
+        "armoured.key",
+        "-----BEGIN PRIVATE KEY-----\nAAAAAAAA\n-----END PRIVATE KEY-----\n",
+    );
+    let key_only = file(
+        "key-only.pem",
+        &std::fs::read_to_string(tls.join("ca.key")).unwrap(),
+    );
+    let bad_cert = file(
+        "garbled.pem",
+        "-----BEGIN CERTIFICATE-----\nAAAAAAAA\n-----END CERTIFICATE-----\n",
+    );
+    for (cmd, own, other) in [
+        ("apply", "applier", "shipper"),
+        ("ship", "shipper", "applier"),
+    ] {
+        // Before: a start failed only once the store was open (applier) or in the library's
+        // own words (shipper); --check said ok.
+        let set = format!("key = \"{garbage}\"");
+        s.refused(cmd, &set, "tls.key", &[&garbage, "no private key"], true);
+        let set = format!("key = \"{armoured}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.key",
+            &[&armoured, "not a usable private key"],
+            false,
+        );
+        let theirs = tls.join(format!("{other}.key")).display().to_string();
+        let mine = tls.join(format!("{own}.pem")).display().to_string();
+        let set = format!("key = \"{theirs}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.key",
+            &[&theirs, &mine, "is not the private key of the certificate"],
+            true,
+        );
+        let set = format!("ca = \"{key_only}\"");
+        s.refused(cmd, &set, "tls.ca", &[&key_only, "no certificate"], false);
+        let set = format!("ca = \"{bad_cert}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.ca",
+            &[&bad_cert, "not a usable CA certificate"],
+            false,
+        );
+        let set = format!("cert = \"{bad_cert}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.cert",
+            &[&bad_cert, "not a usable certificate"],
+            false,
+        );
+    }
+}
+
+/// A private key others can read is a warning (not an error) in `--check` and at start;
+/// group read for the daemon's own group is the README's `chmod 0640` and is not.
+#[test]
+fn readable_private_key_is_a_warning() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = setup();
+    let key = s.cluster.root.join("tls/applier.key");
+    let chmod = |mode: u32| {
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let warning = format!(
+        "warning: {}: key \"tls.key\": {} is accessible by group or others",
+        s.cfg("apply").display(),
+        key.display()
+    );
+    for (mode, warns) in [
+        (0o644, true),
+        (0o604, true),
+        (0o660, true),
+        (0o640, false),
+        (0o600, false),
+    ] {
+        chmod(mode);
+        let out = s.run("apply", "", true);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "mode {mode:o}: {err}");
+        assert_eq!(err.contains(&warning), warns, "mode {mode:o}: {err}");
+        if warns {
+            assert!(err.contains(&format!("mode {mode:04o}")), "{err}");
+        }
+    }
+
+    // At start: logged, and the daemon runs.
+    chmod(0o644);
+    let log = s.cluster.root.join("applier.log");
+    let mut applier = s.cluster.start_applier();
+    common::wait_for("the applier ready", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("applier ready"))
+    });
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("WARN") && logged.contains("is accessible by group or others"),
+        "{logged}"
+    );
+    assert!(applier.terminate(Duration::from_secs(30)));
+}
+
+/// `io-engine = "uring"` is probed by `--check` as the shipper probes it at start: without a
+/// working io_uring, `--check` fails naming the key; `auto` then only warns.
+#[test]
+fn io_engine_is_probed_by_check() {
+    let s = setup();
+    s.accepted("ship", "io-engine = \"std\"");
+    match tidelog_shipper::io::probe_uring() {
+        Ok(()) => s.accepted("ship", "io-engine = \"uring\""),
+        Err(why) => {
+            s.refused(
+                "ship",
+                "io-engine = \"uring\"",
+                "io-engine",
+                &["io_uring is unavailable", &why],
+                true,
+            );
+            let out = s.run("ship", "io-engine = \"auto\"", true);
+            let err = text(&out.stderr);
+            assert!(out.status.success(), "{err}");
+            assert!(err.contains("falls back to the std engine"), "{err}");
+        }
+    }
+}

@@ -575,3 +575,42 @@ fn a_dead_applier_is_noticed_within_the_silence_limit() {
     assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
     assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
 }
+
+/// The other way round: a SIGKILLed shipper's connection is given up by the applier within
+/// the silence limit (5 s), not after the QUIC idle timeout (30 s here): its tablets show
+/// `disconnected` and are free for another shipper at once.
+#[test]
+fn a_dead_shipper_is_noticed_by_the_applier_within_the_silence_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
+        let text = std::fs::read_to_string(cfg).unwrap();
+        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
+        assert_ne!(text, longer, "the kit's idle timeout");
+        std::fs::write(cfg, longer).unwrap();
+    }
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let end = control_durable(&c.wal, "t1");
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    let state = |c: &Cluster| -> Option<(String, u64)> {
+        let (_, st) = api(&c.applier_sock, "GET", "/v1/status")?;
+        let row = &st["tablets"]["t1"];
+        Some((
+            row["state"].as_str()?.to_string(),
+            row["received_pos"].as_u64()?,
+        ))
+    };
+    wait_for("t1 streaming and received", Duration::from_secs(20), || {
+        state(&c).is_some_and(|(s, r)| s == "streaming" && r >= end)
+    });
+    shipper.kill9();
+    let t0 = std::time::Instant::now();
+    wait_for(
+        "the applier to give up the dead shipper's connection",
+        Duration::from_secs(15),
+        || state(&c).is_some_and(|(s, _)| s == "disconnected"),
+    );
+    eprintln!("noticed {:?} after the SIGKILL", t0.elapsed());
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}

@@ -64,12 +64,6 @@ pub struct ShipperOptions {
     pub rescan_interval: Duration,
     /// How often the source's `acked` files are rewritten (each write is two fsyncs).
     pub acked_interval: Duration,
-    /// A connection (or handshake) that has received no packet from the applier for this
-    /// long is given up and made anew. QUIC's own idle timeout (`quic.idle_timeout`, 30 s)
-    /// would otherwise keep a SIGKILLed applier's connection `streaming` that long; the
-    /// transport's keep-alive (at most every second) makes a live applier answer well
-    /// within it, even when every stream is blocked.
-    pub silence_limit: Duration,
 }
 
 impl ShipperOptions {
@@ -91,7 +85,6 @@ impl ShipperOptions {
             quic: wire::QuicTuning::default(),
             rescan_interval: Duration::from_secs(1),
             acked_interval: Duration::from_millis(500),
-            silence_limit: Duration::from_secs(5),
         }
     }
 }
@@ -746,7 +739,7 @@ async fn connection(
     // An unreachable applier would hold the handshake until the idle timeout: give up
     // after the silence limit (the lane retries with backoff), and keep taking commands
     // meanwhile, so a shutdown does not wait for it.
-    let limit = shared.opts.silence_limit;
+    let limit = shared.opts.quic.silence_limit;
     let give_up = tokio::time::sleep(limit);
     tokio::pin!(give_up);
     let conn = loop {
@@ -787,11 +780,10 @@ async fn connection(
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
     shared.lane_settled(lane);
-    let mut heard = Heard::new(&conn);
+    let mut heard = wire::Silence::new(conn.stats().udp_rx.datagrams);
     // One timer for both periodic looks (a second one re-made in the select below would
     // never fire: this one always ends the select first).
-    let mut look =
-        tokio::time::interval((limit / 5).clamp(Duration::from_millis(10), Duration::from_secs(1)));
+    let mut look = tokio::time::interval(wire::Silence::look_every(limit));
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if !announce.is_empty() {
@@ -878,7 +870,7 @@ async fn connection(
                         true
                     }
                 });
-                if let Some(quiet) = heard.silent_for(&conn, limit) {
+                if let Some(quiet) = heard.exceeded(conn.stats().udp_rx.datagrams, limit) {
                     conn.close(quinn::VarInt::from_u32(1), b"no packet from the applier");
                     anyhow::bail!(
                         "no packet from the applier for {:.1} s (limit {limit:?}); reconnecting",
@@ -894,32 +886,6 @@ async fn connection(
                 }
             }
         }
-    }
-}
-
-/// When the connection last received a packet, from quinn's datagram count.
-struct Heard {
-    datagrams: u64,
-    at: Instant,
-}
-
-impl Heard {
-    fn new(conn: &quinn::Connection) -> Heard {
-        Heard {
-            datagrams: conn.stats().udp_rx.datagrams,
-            at: Instant::now(),
-        }
-    }
-
-    /// How long nothing has arrived, once that is longer than `limit`.
-    fn silent_for(&mut self, conn: &quinn::Connection, limit: Duration) -> Option<Duration> {
-        let n = conn.stats().udp_rx.datagrams;
-        if n != self.datagrams {
-            self.datagrams = n;
-            self.at = Instant::now();
-        }
-        let quiet = self.at.elapsed();
-        (quiet > limit).then_some(quiet)
     }
 }
 

@@ -17,9 +17,6 @@ pub struct TlsMaterial {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// The longest gap between the packets the shipper sends (QUIC keep-alives fill idle gaps).
-pub const KEEP_ALIVE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// quinn transport settings from the tuning.
 pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
     let mut tc = quinn::TransportConfig::default();
@@ -31,9 +28,7 @@ pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
         .send_window(t.receive_window)
         .initial_mtu(t.max_udp_payload.max(1200))
         .min_mtu(t.max_udp_payload.clamp(1200, 1452))
-        // Often enough for the shipper's silence limit to tell a dead applier from a quiet
-        // one (every keep-alive is answered).
-        .keep_alive_interval(Some((t.idle_timeout / 4).min(KEEP_ALIVE_MAX)))
+        .keep_alive_interval(Some(t.keep_alive()))
         .max_idle_timeout(Some(
             quinn::IdleTimeout::try_from(t.idle_timeout).context("idle timeout out of range")?,
         ));

@@ -47,8 +47,61 @@ pub struct QuicTuning {
     pub stream_receive_window: u64,
     /// Initial (and minimum) UDP payload size: loopback and LANs allow far more than 1200.
     pub max_udp_payload: u16,
-    /// A connection silent this long is closed.
+    /// A connection silent this long is closed (QUIC's idle timeout).
     pub idle_timeout: std::time::Duration,
+    /// Each end gives up a connection (or a handshake) that has received no packet for
+    /// this long, well before the idle timeout: keep-alives ([`QuicTuning::keep_alive`])
+    /// make a live peer answer within it even when every stream is blocked, so a SIGKILLed
+    /// peer's connection does not linger, shown as streaming, until the idle timeout.
+    pub silence_limit: std::time::Duration,
+}
+
+impl QuicTuning {
+    /// The longest gap between the packets an end sends (QUIC keep-alives fill idle gaps).
+    pub fn keep_alive(&self) -> std::time::Duration {
+        (self.idle_timeout / 4)
+            .min(self.silence_limit / 5)
+            .max(std::time::Duration::from_millis(10))
+    }
+}
+
+/// Watches a connection's count of received datagrams for a silence longer than a limit.
+#[derive(Debug)]
+pub struct Silence {
+    received: u64,
+    at: std::time::Instant,
+}
+
+impl Silence {
+    /// Starts the clock at the connection's current count of received datagrams.
+    pub fn new(received: u64) -> Silence {
+        Silence {
+            received,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// How often to look, for a silence to be noticed soon after `limit`.
+    pub fn look_every(limit: std::time::Duration) -> std::time::Duration {
+        (limit / 5).clamp(
+            std::time::Duration::from_millis(10),
+            std::time::Duration::from_secs(1),
+        )
+    }
+
+    /// With the current count: how long nothing has arrived, once that exceeds `limit`.
+    pub fn exceeded(
+        &mut self,
+        received: u64,
+        limit: std::time::Duration,
+    ) -> Option<std::time::Duration> {
+        if received != self.received {
+            self.received = received;
+            self.at = std::time::Instant::now();
+        }
+        let quiet = self.at.elapsed();
+        (quiet > limit).then_some(quiet)
+    }
 }
 
 impl Default for QuicTuning {
@@ -58,6 +111,7 @@ impl Default for QuicTuning {
             stream_receive_window: 16 << 20,
             max_udp_payload: 1472,
             idle_timeout: std::time::Duration::from_secs(30),
+            silence_limit: std::time::Duration::from_secs(5),
         }
     }
 }
