@@ -1,7 +1,9 @@
 //! The apply stage of one tablet (DESIGN §5, stage 2): reads the tablet's received log from
 //! the store's apply position and applies it in batches with [`Store::apply`].
 //!
-//! An [`ApplyWorker`] runs on its own std thread. It opens a [`Reader`] with
+//! An [`ApplyWorker`] runs on a thread of an [`ApplyThreads`] group (its own, unless
+//! [`ApplyConfig::threads`] names a shared one: a thread then takes its tablets in turn, one
+//! batch each per round, and sleeps only when none of them has work). It opens a [`Reader`] with
 //! [`ReadLimit::Durable`] on `received/<tablet>/` (waiting while the log does not exist
 //! yet), seeks to the tablet's persisted `applied_pos`, reads what is durable in batches of
 //! at most [`ApplyConfig::batch_bytes`] / [`ApplyConfig::batch_records`], applies each batch
@@ -36,7 +38,7 @@
 //! and logged once. Nothing is ever skipped.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -71,6 +73,9 @@ pub struct ApplyConfig {
     /// The safe-time machinery: commits are reported to it and committed parts of this
     /// tablet are applied when it says they are ready. `None`: writes only.
     pub consistency: Option<Arc<Consistency>>,
+    /// The threads that apply this tablet, shared with other tablets. `None`: a thread of
+    /// its own.
+    pub threads: Option<Arc<ApplyThreads>>,
 }
 
 impl Default for ApplyConfig {
@@ -82,6 +87,7 @@ impl Default for ApplyConfig {
             durability: Durability::Buffered,
             persist_interval: Duration::from_secs(1),
             consistency: None,
+            threads: None,
         }
     }
 }
@@ -93,8 +99,8 @@ struct Shared {
     safe_time: AtomicU64,
     stop: AtomicBool,
     running: AtomicBool,
-    /// Wakes the worker: more to read, ready parts, or stop.
-    wake: Doorbell,
+    /// The thread applying this tablet: rung for more to read, ready parts, or stop.
+    lane: Arc<Lane>,
     /// Callers blocked on `progress_cv` in [`ApplyWorker::wait_applied`] (notified only
     /// when some are: a condvar notify is a system call, waiter or not).
     progress_waiters: Mutex<usize>,
@@ -131,13 +137,142 @@ impl Shared {
 
     /// Wakes the worker (more to read, ready parts, or stop).
     fn notify(&self) {
-        self.wake.ring();
+        self.lane.bell.ring();
+    }
+}
+
+/// One apply thread: its doorbell and the tablets handed to it.
+#[derive(Debug)]
+struct Lane {
+    bell: Doorbell,
+    /// Tablets given to the thread and not yet taken in by it.
+    inbox: Mutex<Vec<TabletLoop>>,
+    /// Tablets on this thread (taken in or not), for placing new ones.
+    tablets: AtomicUsize,
+    shutdown: AtomicBool,
+}
+
+/// A group of apply threads shared by tablets (see the module doc). Dropping it stops the
+/// tablets still on it and joins the threads.
+#[derive(Debug)]
+pub struct ApplyThreads {
+    lanes: Vec<Arc<Lane>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ApplyThreads {
+    /// `n` threads (at least one), named `{name}-{i}`.
+    pub fn new(n: usize, name: &str) -> Result<ApplyThreads> {
+        let mut lanes = Vec::new();
+        let mut threads = Vec::new();
+        for i in 0..n.max(1) {
+            let lane = Arc::new(Lane {
+                bell: Doorbell::new(false),
+                inbox: Mutex::new(Vec::new()),
+                tablets: AtomicUsize::new(0),
+                shutdown: AtomicBool::new(false),
+            });
+            let l = lane.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || lane_main(&l))
+                .map_err(|source| Error::Io {
+                    op: "spawn apply thread",
+                    path: PathBuf::new(),
+                    source,
+                })?;
+            lanes.push(lane);
+            threads.push(t);
+        }
+        Ok(ApplyThreads {
+            lanes,
+            threads: Mutex::new(threads),
+        })
     }
 
-    /// Sleeps until notified, stopped or `timeout`.
-    fn wait(&self, timeout: Duration) {
-        self.wake
-            .wait(timeout, || self.stop.load(Ordering::Acquire));
+    /// The default size of a group: half the cores, at least one (the other half is left
+    /// to the intake, QUIC and reads).
+    pub fn default_count() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    }
+
+    /// The thread with the fewest tablets.
+    fn pick(&self) -> Arc<Lane> {
+        self.lanes
+            .iter()
+            .min_by_key(|l| l.tablets.load(Ordering::Relaxed))
+            .cloned()
+            .unwrap_or_else(|| unreachable!("an ApplyThreads has at least one lane"))
+    }
+}
+
+impl Drop for ApplyThreads {
+    fn drop(&mut self) {
+        for l in &self.lanes {
+            l.shutdown.store(true, Ordering::Release);
+            l.bell.ring();
+        }
+        for t in self
+            .threads
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+/// What one look at a tablet did.
+enum Step {
+    /// Applied something: look again soon.
+    Worked,
+    /// Nothing to do; look again within this long at the latest.
+    Idle(Duration),
+}
+
+/// An apply thread: one step per tablet per round, asleep only after a round without work.
+fn lane_main(lane: &Lane) {
+    let mut tablets: Vec<TabletLoop> = Vec::new();
+    loop {
+        tablets.append(&mut lane.inbox.lock().unwrap_or_else(|p| p.into_inner()));
+        let shutdown = lane.shutdown.load(Ordering::Acquire);
+        let mut worked = false;
+        let mut sleep = Duration::from_secs(1);
+        tablets.retain_mut(|t| {
+            if shutdown || t.sh.stop.load(Ordering::Acquire) {
+                t.finish(Ok(()), lane);
+                return false;
+            }
+            let span = tracing::info_span!("apply", tablet = %t.sh.tablet);
+            let _e = span.enter();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step())) {
+                Ok(Ok(Step::Worked)) => {
+                    worked = true;
+                    true
+                }
+                Ok(Ok(Step::Idle(within))) => {
+                    sleep = sleep.min(within);
+                    true
+                }
+                Ok(Err(e)) => {
+                    t.finish(Err(e), lane);
+                    false
+                }
+                Err(_) => {
+                    let e = Error::Shutdown(t.sh.tablet.clone());
+                    t.finish(Err(e), lane);
+                    false
+                }
+            }
+        });
+        if shutdown {
+            return;
+        }
+        if !worked {
+            lane.bell
+                .wait(sleep, || lane.shutdown.load(Ordering::Acquire));
+        }
     }
 }
 
@@ -145,7 +280,8 @@ impl Shared {
 #[derive(Debug)]
 pub struct ApplyWorker {
     shared: Arc<Shared>,
-    thread: Option<JoinHandle<()>>,
+    /// The worker's own thread, when it has no shared ones.
+    own: Option<ApplyThreads>,
 }
 
 impl ApplyWorker {
@@ -163,13 +299,21 @@ impl ApplyWorker {
             )));
         }
         let meta = store.tablet(&tablet)?.unwrap_or_default();
+        let (own, lane) = match &cfg.threads {
+            Some(t) => (None, t.pick()),
+            None => {
+                let t = ApplyThreads::new(1, &format!("apply-{tablet}"))?;
+                let lane = t.pick();
+                (Some(t), lane)
+            }
+        };
         let shared = Arc::new(Shared {
             tablet: tablet.clone(),
             applied_pos: AtomicWalPos::new(meta.applied_pos),
             safe_time: AtomicU64::new(meta.safe_time.0),
             stop: AtomicBool::new(false),
             running: AtomicBool::new(true),
-            wake: Doorbell::new(false),
+            lane: lane.clone(),
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             error: Mutex::new(None),
@@ -182,31 +326,30 @@ impl ApplyWorker {
             let sh = shared.clone();
             c.register_worker(&tablet, meta.safe_time, Arc::new(move || sh.notify()));
         }
-        let sh = shared.clone();
-        let dir = received_dir.to_path_buf();
-        let thread = std::thread::Builder::new()
-            .name(format!("apply-{tablet}"))
-            .spawn(move || {
-                let span = tracing::info_span!("apply", tablet = %sh.tablet);
-                let _e = span.enter();
-                let res = run(&sh, &store, &dir, &cfg);
-                if let Err(e) = res {
-                    tracing::error!(error = %e, "apply worker stopped");
-                    *sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
-                }
-                let _g = sh.progress();
-                sh.running.store(false, Ordering::Release);
-                sh.progress_cv.notify_all();
-            })
-            .map_err(|source| Error::Io {
-                op: "spawn apply thread",
-                path: received_dir.to_path_buf(),
-                source,
-            })?;
-        Ok(ApplyWorker {
-            shared,
-            thread: Some(thread),
-        })
+        let looper = TabletLoop {
+            sh: shared.clone(),
+            store,
+            root: received_dir.to_path_buf(),
+            // The loop must not hold the group: its last handle would be dropped (and the
+            // threads joined) on one of those threads.
+            cfg: ApplyConfig {
+                threads: None,
+                ..cfg
+            },
+            reader: None,
+            parts_reader: None,
+            batch: Vec::new(),
+            dirty: false,
+            last_persist: Instant::now(),
+            warned: false,
+        };
+        lane.tablets.fetch_add(1, Ordering::Relaxed);
+        lane.inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(looper);
+        lane.bell.ring();
+        Ok(ApplyWorker { shared, own })
     }
 
     pub fn tablet(&self) -> &TabletId {
@@ -292,12 +435,19 @@ impl ApplyWorker {
     pub fn stop(&mut self) -> std::result::Result<(), Arc<Error>> {
         self.shared.stop.store(true, Ordering::Release);
         self.notify();
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                let e = Arc::new(Error::Shutdown(self.shared.tablet.clone()));
-                *self.shared.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        {
+            let mut g = self.shared.progress();
+            while self.is_running() {
+                *g += 1;
+                g = self
+                    .shared
+                    .progress_cv
+                    .wait(g)
+                    .unwrap_or_else(|p| p.into_inner());
+                *g -= 1;
             }
         }
+        drop(self.own.take());
         match self.error() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -341,52 +491,61 @@ fn log_ready(dir: &Path) -> Result<bool> {
     Ok(false)
 }
 
-fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()> {
-    let tablet = &sh.tablet;
-    let wal = |source| Error::Wal {
-        tablet: tablet.clone(),
-        source,
-    };
-    let log_dir: PathBuf = root.join(tablet.as_str());
-    let mut reader: Option<Reader> = None;
-    let mut batch: Vec<(WalPos, Record)> = Vec::new();
-    let mut dirty = false;
-    let mut last_persist = Instant::now();
-    let mut warned = false;
-    let mut parts_reader: Option<Reader> = None;
-    let result = loop {
+/// One tablet's apply state, owned by the thread applying it.
+#[derive(Debug)]
+struct TabletLoop {
+    sh: Arc<Shared>,
+    store: Arc<Store>,
+    root: PathBuf,
+    cfg: ApplyConfig,
+    reader: Option<Reader>,
+    /// Reads intents back by position for committed parts.
+    parts_reader: Option<Reader>,
+    batch: Vec<(WalPos, Record)>,
+    /// Batches applied `Buffered` since the store was last persisted.
+    dirty: bool,
+    last_persist: Instant,
+    /// Warned that the log is missing although records were applied.
+    warned: bool,
+}
+
+impl TabletLoop {
+    /// Applies the ready parts and at most one batch of the received log.
+    fn step(&mut self) -> Result<Step> {
+        let (sh, cfg) = (&self.sh, &self.cfg);
+        let tablet = &sh.tablet;
+        let wal = |source| Error::Wal {
+            tablet: tablet.clone(),
+            source,
+        };
         sh.heartbeat.beat();
-        if sh.stop.load(Ordering::Acquire) {
-            break Ok(());
-        }
         if let Some(c) = &cfg.consistency {
-            if let Err(e) = apply_ready_parts(tablet, store, c, root, &mut parts_reader) {
-                break Err(e);
-            }
+            apply_ready_parts(tablet, &self.store, c, &self.root, &mut self.parts_reader)?;
         }
-        let r = match &mut reader {
+        let r = match &mut self.reader {
             Some(r) => r,
             None => {
+                let log_dir = self.root.join(tablet.as_str());
                 if !log_ready(&log_dir)? {
-                    if !warned && sh.applied_pos.load() != WalPos::ZERO {
+                    if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
                         // The store applied this tablet before, yet its log is gone.
                         tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
                             "received log missing although records were applied; waiting for it");
-                        warned = true;
+                        self.warned = true;
                     }
-                    sh.wait(cfg.poll_interval);
-                    continue;
+                    return Ok(Step::Idle(cfg.poll_interval));
                 }
-                let mut r = Reader::open(root, tablet, ReadLimit::Durable).map_err(wal)?;
+                let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
                 let from = sh.applied_pos.load();
                 // A tablet that applied nothing starts at the log's oldest record.
                 if from != WalPos::ZERO {
                     r.seek(from).map_err(wal)?;
                 }
                 tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
-                reader.insert(r)
+                self.reader.insert(r)
             }
         };
+        let batch = &mut self.batch;
         batch.clear();
         let start = Reader::position(r);
         while batch.len() < cfg.batch_records && Reader::position(r).since(start) < cfg.batch_bytes
@@ -402,17 +561,14 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
             }
             let end = Reader::position(r);
             let started = Instant::now();
-            let out = match store.apply(tablet, &batch, end, cfg.durability) {
-                Ok(o) => o,
-                Err(e) => break Err(e),
-            };
+            let out = self.store.apply(tablet, batch, end, cfg.durability)?;
             let took = started.elapsed();
             sh.batch_latency.record(took);
             if took >= SLOW_BATCH {
                 tracing::warn!(
                     records = batch.len(),
                     took_ms = took.as_millis() as u64,
-                    lsm = %store.lsm_pressure(),
+                    lsm = %self.store.lsm_pressure(),
                     "slow apply batch"
                 );
             }
@@ -423,31 +579,46 @@ fn run(sh: &Shared, store: &Store, root: &Path, cfg: &ApplyConfig) -> Result<()>
             if let Some(c) = &cfg.consistency {
                 c.after_batch(tablet, &out);
             }
-            dirty |= cfg.durability == Durability::Buffered;
-            if dirty && last_persist.elapsed() >= cfg.persist_interval {
-                store.persist()?;
-                dirty = false;
-                last_persist = Instant::now();
+            self.dirty |= cfg.durability == Durability::Buffered;
+            if self.dirty && self.last_persist.elapsed() >= cfg.persist_interval {
+                self.persist()?;
             }
-            continue;
+            return Ok(Step::Worked);
         }
-        let mut timeout = cfg.poll_interval;
-        if dirty {
-            let left = cfg.persist_interval.saturating_sub(last_persist.elapsed());
+        let mut within = cfg.poll_interval;
+        if self.dirty {
+            let left = cfg
+                .persist_interval
+                .saturating_sub(self.last_persist.elapsed());
             if left.is_zero() {
-                store.persist()?;
-                dirty = false;
-                last_persist = Instant::now();
+                self.persist()?;
             } else {
-                timeout = timeout.min(left);
+                within = within.min(left);
             }
         }
-        sh.wait(timeout);
-    };
-    if dirty {
-        store.persist()?;
+        Ok(Step::Idle(within))
     }
-    result
+
+    fn persist(&mut self) -> Result<()> {
+        self.store.persist()?;
+        self.dirty = false;
+        self.last_persist = Instant::now();
+        Ok(())
+    }
+
+    /// Leaves the thread: persists what was applied `Buffered`, keeps the error that
+    /// ended it, and wakes `stop` and the `wait_applied` callers.
+    fn finish(&mut self, result: Result<()>, lane: &Lane) {
+        let persisted = if self.dirty { self.persist() } else { Ok(()) };
+        if let Err(e) = result.and(persisted) {
+            tracing::error!(tablet = %self.sh.tablet, error = %e, "apply worker stopped");
+            *self.sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
+        }
+        lane.tablets.fetch_sub(1, Ordering::Relaxed);
+        let _g = self.sh.progress();
+        self.sh.running.store(false, Ordering::Release);
+        self.sh.progress_cv.notify_all();
+    }
 }
 
 /// Applies the committed parts of `tablet` that the consistency core says are ready: the

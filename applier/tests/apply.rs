@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
 use tidelog_applier::error::Error;
 use tidelog_applier::store::{Durability, IntentRef, Store};
 use tidelog_wal::*;
@@ -402,14 +402,10 @@ fn store_apply_reapplied_after_reopen_is_skipped() {
     check(&s, &recs, &pos, end);
 }
 
-#[test]
-fn corrupt_received_log_stops_the_worker_without_skipping() {
-    let dir = tempfile::tempdir().unwrap();
-    let received = dir.path().join("received");
-    let recs = records(seed() + 4, 300);
-    let (pos, _end) = write_log(&received, &recs, 4, || {});
-    // Damage the body of a write record in the middle (first segment).
-    let m = (150..300)
+/// Damages the body of a write record in the middle of the first segment of the log
+/// written by [`write_log`]; returns its index.
+fn damage_a_write(received: &Path, recs: &[Record], pos: &[WalPos]) -> usize {
+    let m = (recs.len() / 2..recs.len())
         .find(|&i| matches!(recs[i].body, Body::Write { .. }))
         .unwrap();
     let seg = received.join("t1").join("0000000000000000.seg");
@@ -421,6 +417,16 @@ fn corrupt_received_log_stops_the_worker_without_skipping() {
     let off = 128 + pos[m].0 as usize + 33;
     bytes[off] ^= 0x40;
     std::fs::write(&seg, &bytes).unwrap();
+    m
+}
+
+#[test]
+fn corrupt_received_log_stops_the_worker_without_skipping() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let recs = records(seed() + 4, 300);
+    let (pos, _end) = write_log(&received, &recs, 4, || {});
+    let m = damage_a_write(&received, &recs, &pos);
 
     for attempt in 0..2 {
         let store = Arc::new(Store::open(dir.path()).unwrap());
@@ -463,6 +469,73 @@ fn corrupt_received_log_stops_the_worker_without_skipping() {
         // Nothing at or after the damaged record was applied.
         let (rows, _) = store.scan(b"", None, usize::MAX).unwrap();
         assert!(rows.iter().all(|(_, _, ht)| *ht < recs[m].ht));
+    }
+}
+
+/// Tablets on one shared apply thread (each of its own store here, so the model check
+/// applies to each): every one applies its log exactly once, one stopped leaves the thread
+/// serving the others, and a corrupt log stops only its own tablet.
+#[test]
+fn tablets_sharing_one_apply_thread_stay_independent() {
+    let group = Arc::new(ApplyThreads::new(1, "apply-shared").unwrap());
+    let shared = || ApplyConfig {
+        threads: Some(group.clone()),
+        ..small_batches()
+    };
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let received: Vec<PathBuf> = dirs.iter().map(|d| d.path().join("received")).collect();
+    let stores: Vec<_> = dirs
+        .iter()
+        .map(|d| Arc::new(Store::open(d.path()).unwrap()))
+        .collect();
+    // The fourth tablet's log is damaged before its worker starts.
+    let bad_recs = records(seed() + 20, 300);
+    let (bad_pos, _) = write_log(&received[3], &bad_recs, 20, || {});
+    let m = damage_a_write(&received[3], &bad_recs, &bad_pos);
+    let mut workers: Vec<ApplyWorker> = (0..4)
+        .map(|i| {
+            std::fs::create_dir_all(&received[i]).unwrap();
+            ApplyWorker::start(stores[i].clone(), &received[i], tablet(), shared()).unwrap()
+        })
+        .collect();
+    // Whole groups of 8 (see `records`): every transaction decided, so `check` finds each
+    // in the store (undecided ones live in the store's cache only).
+    let logs: Vec<_> = (0..3)
+        .map(|i| records(seed() + 21 + i as u64, 800 + 304 * i))
+        .collect();
+    let (pos0, end0) = write_log(&received[0], &logs[0], 21, || workers[0].notify());
+    assert!(
+        workers[0].wait_applied(end0, DEADLINE),
+        "{:?}",
+        workers[0].error()
+    );
+    workers[0].stop().unwrap();
+    check(&stores[0], &logs[0], &pos0, end0);
+    // The thread goes on with the others once one has left it.
+    let mut written = Vec::new();
+    for i in 1..3 {
+        let (pos, end) = write_log(&received[i], &logs[i], 21 + i as u64, || {
+            workers[i].notify()
+        });
+        assert!(
+            workers[i].wait_applied(end, DEADLINE),
+            "tablet {i}: {:?}",
+            workers[i].error()
+        );
+        written.push((pos, end));
+    }
+    let deadline = Instant::now() + DEADLINE;
+    while workers[3].is_running() {
+        assert!(Instant::now() < deadline, "corrupt log not noticed");
+        workers[3].wait_applied(WalPos(u64::MAX), Duration::from_millis(100));
+    }
+    assert!(workers[1].is_running() && workers[2].is_running());
+    let e = workers[3].stop().unwrap_err();
+    assert!(matches!(&*e, Error::Wal { .. }), "{e}");
+    assert!(stores[3].tablet(&tablet()).unwrap().unwrap().applied_pos <= bad_pos[m]);
+    for (i, (pos, end)) in (1..3).zip(written) {
+        check(&stores[i], &logs[i], &pos, end);
+        workers[i].stop().unwrap();
     }
 }
 

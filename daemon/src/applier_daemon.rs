@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
@@ -87,6 +87,8 @@ pub struct Appliers {
     closed: std::sync::atomic::AtomicBool,
     /// applied_records of each tablet when this process started (for record lag).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
+    /// The apply threads the tablets are spread over (`apply-threads`).
+    threads: Arc<ApplyThreads>,
 }
 
 impl Appliers {
@@ -115,6 +117,7 @@ impl Appliers {
         self.consistency.register_tablet(t);
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
+            threads: Some(self.threads.clone()),
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -226,6 +229,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
+        threads: Arc::new(ApplyThreads::new(cfg.effective_apply_threads(), "apply")?),
     });
     let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
     opts.sync = cfg.sync;

@@ -55,6 +55,9 @@ pub struct ApplierConfig {
     /// The store's block cache, shared by all its keyspaces; > 0. Default `256MiB`.
     #[serde(deserialize_with = "de_size")]
     pub cache_size: u64,
+    /// Threads applying the received logs; tablets are spread over them, each thread taking
+    /// its tablets in turn. 0 = half the cores, at least one. Default `0`.
+    pub apply_threads: usize,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
     /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
     #[serde(deserialize_with = "de_tls_applier")]
@@ -193,6 +196,9 @@ pub const DEFAULT_LOG_LEVEL: &str = "info";
 /// The most shipper lanes (runtime threads with a QUIC connection each) `lanes` may ask for.
 pub const MAX_LANES: usize = 256;
 
+/// The most apply threads `apply-threads` may ask for.
+pub const MAX_APPLY_THREADS: usize = 256;
+
 /// The level names a `log-level` directive may use (case-insensitive).
 const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
 
@@ -328,6 +334,7 @@ impl Default for ApplierConfig {
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
+            apply_threads: 0,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,
@@ -358,7 +365,23 @@ impl ApplierConfig {
         if self.cache_size == 0 {
             bail!("key \"cache-size\": must be > 0");
         }
+        if self.apply_threads > MAX_APPLY_THREADS {
+            bail!(
+                "key \"apply-threads\": {} is above the maximum {MAX_APPLY_THREADS} (0 = half the cores)",
+                self.apply_threads
+            );
+        }
         Ok(())
+    }
+
+    /// The number of apply threads to run: `apply-threads`, or half the cores (at least
+    /// one) when it is 0 — the other half is left to the intake, QUIC and the admin API.
+    pub fn effective_apply_threads(&self) -> usize {
+        if self.apply_threads > 0 {
+            self.apply_threads
+        } else {
+            tidelog_applier::apply::ApplyThreads::default_count()
+        }
     }
 }
 
@@ -786,6 +809,7 @@ binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
 cache-size = "1GiB"
+apply-threads = 3
 [tls]
 ca = "/x/ca.pem"
 key = "/x/a.key"
@@ -808,6 +832,8 @@ silence-limit = "2s"
         assert_eq!(c.segment_size, 1 << 30);
         assert_eq!(c.cache_size, 1 << 30);
         assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
+        assert_eq!(c.effective_apply_threads(), 3);
+        assert!(ApplierConfig::default().effective_apply_threads() >= 1);
         assert_eq!(c.tls.ca, PathBuf::from("/x/ca.pem"));
         assert_eq!(c.tls.cert, PathBuf::from("/etc/tidelog/tls/applier.pem"));
         assert_eq!(c.tls.key, PathBuf::from("/x/a.key"));
@@ -1103,6 +1129,10 @@ ship-unsynced = true
             "{e}"
         );
         c.binlog_retention = Duration::from_secs(1);
+        c.apply_threads = MAX_APPLY_THREADS + 1;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.starts_with("key \"apply-threads\": 257 is above"), "{e}");
+        c.apply_threads = 0;
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");

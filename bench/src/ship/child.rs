@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use tidelog_applier::apply::{ApplyConfig, ApplyWorker};
+use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
 use tidelog_wal::wire::QuicTuning;
@@ -93,15 +93,22 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     let store = Arc::new(Store::open(&a.data_dir)?);
     let received = a.data_dir.join("received");
     let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
+    // As the daemon's default `apply-threads`.
+    let threads = Arc::new(ApplyThreads::new(ApplyThreads::default_count(), "apply")?);
     let hook: DurableHook = {
         let (workers, store, received) = (workers.clone(), store.clone(), received.clone());
+        let threads = threads.clone();
         Arc::new(move |t: &TabletId, _| {
             let mut m = lock(&workers);
             if let Some(w) = m.get(t) {
                 w.notify();
                 return;
             }
-            match ApplyWorker::start(store.clone(), &received, t.clone(), ApplyConfig::default()) {
+            let cfg = ApplyConfig {
+                threads: Some(threads.clone()),
+                ..ApplyConfig::default()
+            };
+            match ApplyWorker::start(store.clone(), &received, t.clone(), cfg) {
                 Ok(w) => {
                     m.insert(t.clone(), w);
                 }
