@@ -26,6 +26,7 @@ use tidelog_wal::{Heartbeat, HybridTime, TabletId};
 use crate::core::{Core, Part, SafeTime};
 use crate::doorbell::Doorbell;
 use crate::error::Result;
+use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::store::{ApplyOutcome, Durability, Store};
 
 type Waker = Arc<dyn Fn() + Send + Sync>;
@@ -65,6 +66,8 @@ pub struct Consistency {
     wakers: Mutex<Wakers>,
     /// Work for the publisher.
     signal: Doorbell,
+    /// Each publish: the new value written and the store fsync before it is published.
+    publish_latency: LatencyHistogram,
     /// Callers blocked on `advanced_cv` in [`Consistency::wait_for`] (notified only when
     /// some are: a condvar notify is a system call, waiter or not).
     advanced: Mutex<usize>,
@@ -174,6 +177,7 @@ impl Consistency {
             global: CachePadded::new(AtomicU64::new(persisted.0)),
             wakers: Mutex::new(Wakers(BTreeMap::new())),
             signal: Doorbell::new(true),
+            publish_latency: LatencyHistogram::new(),
             advanced: Mutex::new(0),
             advanced_cv: Condvar::new(),
             stop: AtomicBool::new(cut.is_some()),
@@ -197,6 +201,11 @@ impl Consistency {
     pub fn register_tablet(&self, t: &TabletId) {
         lock(&self.core).register(t, HybridTime::MIN);
         self.kick();
+    }
+
+    /// How long publishing took (value written, store fsynced), per published value.
+    pub fn publish_latency(&self) -> HistogramSnapshot {
+        self.publish_latency.snapshot()
     }
 
     /// Tablet `t` applied a batch: record its commits and its new safe time; wake the
@@ -397,6 +406,7 @@ impl Consistency {
                         .raise_global_safe_time(ht, Durability::Buffered)
                         .and_then(|_| self.store.persist());
                     let synced = t0.elapsed();
+                    self.publish_latency.record(synced);
                     if synced >= SLOW_PERSIST {
                         tracing::warn!(
                             took_ms = synced.as_millis() as u64,

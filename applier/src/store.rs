@@ -261,6 +261,8 @@ pub struct Store {
     /// Each tablet's received-log release when the store was opened (see
     /// `note_released_parts`).
     released_at_open: BTreeMap<TabletId, WalPos>,
+    /// Serializes [`Store::raise_global_safe_time`] (read, compare, write).
+    global_lock: Mutex<()>,
 }
 
 /// What [`Store::open`] found in the retained received logs (`Store::rebuild_unresolved`).
@@ -451,6 +453,7 @@ impl Store {
             pending_floor: std::sync::atomic::AtomicU64::new(0),
             rebuilt: Rebuilt::default(),
             released_at_open: BTreeMap::new(),
+            global_lock: Mutex::new(()),
         };
         let ids = store.scan_tablets()?.into_keys().collect();
         *store
@@ -798,12 +801,18 @@ impl Store {
 
     /// Raises the persisted global safe time to `ht` (never lowers it); returns the stored
     /// value afterwards.
+    ///
+    /// Only its own lock, not the store's: it touches neither the transaction cache nor
+    /// anything an apply batch reads, and the batches a safe time covers finished their
+    /// commit before it was computed, so its record follows them in the journal whatever
+    /// batch is being prepared or committed meanwhile (taking the store lock made the
+    /// publisher wait for that batch before each fsync).
     pub fn raise_global_safe_time(
         &self,
         ht: HybridTime,
         durability: Durability,
     ) -> Result<HybridTime> {
-        let _g = self.lock();
+        let _g = self.global_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cur = self.global_safe_time()?;
         if cur.is_some_and(|c| c >= ht) {
             return Ok(cur.unwrap_or(ht));

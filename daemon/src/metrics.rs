@@ -362,6 +362,11 @@ pub fn applier(s: &ApplierState) -> String {
         "Wall time of one apply batch (read from the received log, written to the store), all tablets.",
         &latency,
     );
+    m.histogram(
+        "tidelog_applier_safe_time_publish_duration_seconds",
+        "Wall time of one safe-time publish: the new value written and the store fsync that makes it, and the batches it covers, durable before readers see it.",
+        &s.consistency.publish_latency(),
+    );
 
     // ---- trx_status (binlog and trx_status): the route counts its answers ------------
     m.family(

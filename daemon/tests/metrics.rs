@@ -143,6 +143,7 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         "tidelog_applier_apply_batch_duration_seconds_bucket{le=\"+Inf\"}",
         "tidelog_applier_apply_batch_duration_seconds_sum ",
         "tidelog_applier_apply_batch_duration_seconds_count ",
+        "# TYPE tidelog_applier_safe_time_publish_duration_seconds histogram",
         "# TYPE tidelog_applier_trx_status_lookups_total counter",
         "tidelog_applier_trx_status_lookups_total{state=\"COMMITTED\"} 0",
     ] {
@@ -169,6 +170,13 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     );
     let batches = value(&a1, "tidelog_applier_apply_batch_duration_seconds_count").unwrap();
     assert!(batches >= 2.0, "{batches} apply batches for two tablets");
+    // Safe time was published (the daemon waited for it), so at least once.
+    let publishes = value(
+        &a1,
+        "tidelog_applier_safe_time_publish_duration_seconds_count",
+    )
+    .unwrap();
+    assert!(publishes >= 1.0, "{publishes} safe-time publishes");
 
     // More traffic on t1 only: its counters move, t2's do not.
     write_records(&c.wal, "t1", 25, |_| vec![b'x'; 100]);
