@@ -480,7 +480,7 @@ pub fn shipper(s: &Shipper) -> String {
         (
             "tidelog_shipper_lag_records",
             Kind::Gauge,
-            "Records shipped, not yet acknowledged.",
+            "Records shipped on the current stream, not yet acknowledged.",
             |t| t.lag_records,
         ),
         (

@@ -614,3 +614,49 @@ fn a_dead_shipper_is_noticed_by_the_applier_within_the_silence_limit() {
     eprintln!("noticed {:?} after the SIGKILL", t0.elapsed());
     assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
 }
+
+/// Frames shipped but never acked (the applier stopped, then SIGKILLed) are shipped again
+/// on the next connection; the shipper's record lag counts the current stream's unacked
+/// records only, so it returns to 0 once everything is acked instead of keeping the resent
+/// frames counted twice.
+#[test]
+fn shipper_record_lag_returns_to_zero_after_unacked_frames_are_resent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    let row = |c: &Cluster| -> Option<(u64, u64, u64)> {
+        let r = ship_row(c, "t1")?;
+        Some((
+            r["shipped_pos"].as_u64()?,
+            r["acked_pos"].as_u64()?,
+            r["lag_records"].as_u64()?,
+        ))
+    };
+    let end = control_durable(&c.wal, "t1");
+    wait_for("t1 acked", Duration::from_secs(20), || {
+        row(&c).is_some_and(|(_, a, lag)| a >= end && lag == 0)
+    });
+    // Frozen: frames go out, no ack comes back.
+    unsafe { libc::kill(applier.pid(), libc::SIGSTOP) };
+    write_records(&c.wal, "t1", 4, |i| format!("w{i}").into_bytes());
+    let end = control_durable(&c.wal, "t1");
+    wait_for("t1 shipped, not acked", Duration::from_secs(20), || {
+        row(&c).is_some_and(|(s, a, lag)| s >= end && a < end && lag == 4)
+    });
+    applier.kill9();
+    let mut applier = c.start_applier();
+    wait_for("t1 resent and acked", Duration::from_secs(30), || {
+        row(&c).is_some_and(|(_, a, _)| a >= end)
+    });
+    let r = ship_row(&c, "t1").unwrap();
+    assert_eq!(r["lag_records"], 0, "{r}");
+    assert_eq!(r["records_acked"], 7, "{r}");
+    assert_eq!(
+        ship_metric(&c, "tidelog_shipper_lag_records", "t1"),
+        Some(0)
+    );
+    assert!(shipper.terminate(Duration::from_secs(20)), "shipper stop");
+    assert!(applier.terminate(Duration::from_secs(20)), "applier stop");
+}

@@ -140,6 +140,10 @@ pub struct TabletShip {
     acked: AtomicU64,
     records_shipped: AtomicU64,
     records_acked: AtomicU64,
+    /// Records of the frames on the current stream not acked yet (reset when a stream
+    /// opens: a new stream resends from the acked position, so the old stream's unacked
+    /// frames are shipped again and must not count twice).
+    records_in_flight: AtomicU64,
     frames: AtomicU64,
     /// Payload bytes shipped (frames written to the stream) since start.
     bytes_shipped: AtomicU64,
@@ -424,7 +428,7 @@ impl Shipper {
                         shipped_pos: s.shipped.load(Ordering::Relaxed),
                         acked_pos: acked,
                         lag_bytes: end.saturating_sub(acked),
-                        lag_records: rs.saturating_sub(ra),
+                        lag_records: s.records_in_flight.load(Ordering::Relaxed),
                         records_shipped: rs,
                         records_acked: ra,
                         frames: s.frames.load(Ordering::Relaxed),
@@ -1007,6 +1011,7 @@ async fn ship_stream(
     tracing::info!(tablet = %tablet, from = %pos, "shipping");
 
     // Acks: in-flight accounting and the stream's errors.
+    st.records_in_flight.store(0, Ordering::Relaxed);
     let frames: Rc<std::cell::RefCell<std::collections::VecDeque<(WalPos, u32)>>> = Rc::default();
     let acks = {
         let st = st.clone();
@@ -1024,6 +1029,7 @@ async fn ship_stream(
                             }
                         }
                         st.records_acked.fetch_add(n, Ordering::Relaxed);
+                        st.records_in_flight.fetch_sub(n, Ordering::Relaxed);
                         st.acked_changed.notify_waiters();
                     }
                     Some(Message::Error(e)) => {
@@ -1106,6 +1112,8 @@ async fn ship_stream(
                     safe = chunk.last_ht;
                     st.shipped.store(pos.0, Ordering::Relaxed);
                     st.records_shipped
+                        .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
+                    st.records_in_flight
                         .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
                     st.bytes_shipped
                         .fetch_add(chunk.len as u64, Ordering::Relaxed);
