@@ -88,6 +88,15 @@ pub enum TabletState {
 }
 
 impl TabletState {
+    /// Every state's name, as [`TabletState::name`] gives them (the metrics export each).
+    pub const NAMES: [&'static str; 5] = [
+        "disconnected",
+        "streaming",
+        "needs_bootstrap",
+        "failed",
+        "paused",
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             TabletState::Disconnected => "disconnected",
@@ -106,6 +115,15 @@ impl TabletState {
             _ => TabletState::Disconnected,
         }
     }
+}
+
+#[cfg(test)]
+#[test]
+fn tablet_state_names_list_every_state_once() {
+    let names: Vec<_> = (0..TabletState::NAMES.len() as u8)
+        .map(|v| TabletState::from_u8(v).name())
+        .collect();
+    assert_eq!(names, TabletState::NAMES);
 }
 
 #[derive(Clone, Debug)]

@@ -348,14 +348,20 @@ pub fn applier(s: &ApplierState) -> String {
     m.family(
         "tidelog_applier_tablet_state",
         Kind::Gauge,
-        "1 for the tablet's current intake/apply state.",
+        "1 for the tablet's current intake/apply state, 0 for the others (every state is exported, so series do not come and go).",
     );
+    let applier_states = tidelog_applier::intake::TabletState::NAMES
+        .iter()
+        .copied()
+        .chain(["apply_failed"]);
     for r in &rows {
-        m.sample(
-            "tidelog_applier_tablet_state",
-            &[("tablet", &r.tablet), ("state", r.state)],
-            1,
-        );
+        for state in applier_states.clone() {
+            m.sample(
+                "tidelog_applier_tablet_state",
+                &[("tablet", &r.tablet), ("state", state)],
+                u64::from(state == r.state),
+            );
+        }
     }
     m.histogram(
         "tidelog_applier_apply_batch_duration_seconds",
@@ -501,14 +507,16 @@ pub fn shipper(s: &Shipper) -> String {
     m.family(
         "tidelog_shipper_tablet_state",
         Kind::Gauge,
-        "1 for the tablet's current shipping state.",
+        "1 for the tablet's current shipping state, 0 for the others (every state is exported, so series do not come and go).",
     );
     for (t, row) in &st {
-        m.sample(
-            "tidelog_shipper_tablet_state",
-            &[("tablet", t.as_ref()), ("state", row.state)],
-            1,
-        );
+        for state in tidelog_shipper::ShipState::NAMES {
+            m.sample(
+                "tidelog_shipper_tablet_state",
+                &[("tablet", t.as_ref()), ("state", state)],
+                u64::from(state == row.state),
+            );
+        }
     }
     m.finish()
 }

@@ -162,6 +162,32 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     ] {
         assert!(s1.contains(name), "shipper metrics lack {name:?}:\n{s1}");
     }
+    // Every state is exported for each tablet (series do not come and go), one of them 1.
+    for (text, family, n, current) in [
+        (&a1, "tidelog_applier_tablet_state", 6, "streaming"),
+        (&s1, "tidelog_shipper_tablet_state", 7, "idle"),
+    ] {
+        let prefix = format!("{family}{{tablet=\"t1\",state=\"");
+        let rows: Vec<(&str, u64)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix.as_str()))
+            .filter_map(|l| {
+                let (state, v) = l.split_once("\"} ")?;
+                Some((state, v.trim().parse().ok()?))
+            })
+            .collect();
+        assert_eq!(rows.len(), n, "{family}: {rows:?}");
+        let on: Vec<_> = rows.iter().filter(|(_, v)| *v == 1).collect();
+        assert_eq!(on.len(), 1, "{family}: {rows:?}");
+        assert!(rows.iter().all(|(_, v)| *v <= 1), "{family}: {rows:?}");
+        if on[0].0 != current {
+            // The shipper's tablet may still be streaming when scraped.
+            assert_eq!(
+                (family, on[0].0),
+                ("tidelog_shipper_tablet_state", "streaming")
+            );
+        }
+    }
     // The applier acknowledged exactly what the shipper counts as acked.
     let acked = value(&s1, "tidelog_shipper_acked_pos_bytes{tablet=\"t1\"}").unwrap();
     assert_eq!(

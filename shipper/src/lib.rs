@@ -106,6 +106,17 @@ pub enum ShipState {
 }
 
 impl ShipState {
+    /// Every state's name, as [`ShipState::name`] gives them (the metrics export each).
+    pub const NAMES: [&'static str; 7] = [
+        "connecting",
+        "streaming",
+        "idle",
+        "needs_bootstrap",
+        "refused",
+        "paused",
+        "error",
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             ShipState::Connecting => "connecting",
@@ -128,6 +139,15 @@ impl ShipState {
             _ => ShipState::Connecting,
         }
     }
+}
+
+#[cfg(test)]
+#[test]
+fn ship_state_names_list_every_state_once() {
+    let names: Vec<_> = (0..ShipState::NAMES.len() as u8)
+        .map(|v| ShipState::from_u8(v).name())
+        .collect();
+    assert_eq!(names, ShipState::NAMES);
 }
 
 /// Live counters of one tablet (atomics shared with its lane).
