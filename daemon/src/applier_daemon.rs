@@ -57,11 +57,11 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 
 /// The start-up steps that can fail without side effects (all `--check` does after
 /// parsing): loads `[tls]` ([`certs::Material::load`]) and builds the QUIC server config
-/// the intake will build from it. The error names the key (`key "tls.key": …`); the
-/// warnings are a private key others can read.
+/// the intake will build from it. The error names the key (`key "tls.key": …`), also for a
+/// certificate that expired or is not valid yet; the warnings are a private key others can
+/// read and a certificate that expires within 30 days.
 fn preflight(cfg: &ApplierConfig) -> Result<(certs::Material, Vec<String>)> {
-    let tls = certs::Material::load(&cfg.tls)?;
-    let warnings = certs::key_mode_warning(&cfg.tls.key).into_iter().collect();
+    let (tls, warnings) = certs::Material::load_checked(&cfg.tls)?;
     tidelog_applier::tls::server_config(intake_material(&tls), &cfg.quic.tuning())
         .context("[tls]")?;
     Ok((tls, warnings))

@@ -49,12 +49,13 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 /// parsing): the library options, `[tls]` loaded ([`certs::Material::load`]) and the QUIC
 /// client config built from it as the lanes build it, and the I/O engine chosen the way
 /// [`Shipper::start`] chooses it (`io-engine = "uring"` without a working io_uring fails).
-/// The error names the key (`key "tls.key": …`); the warnings are a private key others can
-/// read and, with `check`, `auto` falling back to `std` (a start logs that itself).
+/// The error names the key (`key "tls.key": …`), also for a certificate that expired or is
+/// not valid yet; the warnings are a private key others can read, a certificate that
+/// expires within 30 days and, with `check`, `auto` falling back to `std` (a start logs
+/// that itself).
 fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<String>)> {
     let opts = options(cfg)?;
-    let tls = certs::Material::load(&cfg.tls)?;
-    let mut warnings: Vec<String> = certs::key_mode_warning(&cfg.tls.key).into_iter().collect();
+    let (tls, mut warnings) = certs::Material::load_checked(&cfg.tls)?;
     tidelog_shipper::tls::client_config(&lane_material(&tls), &opts.quic).context("[tls]")?;
     match tidelog_shipper::io::choose(opts.io_engine) {
         Err(e) => bail!("key \"io-engine\": {e}"),

@@ -353,6 +353,45 @@ fn tls_files_are_loaded_and_matched_by_check() {
     }
 }
 
+/// A CA certificate outside its validity fails `--check` and the start (every handshake
+/// would fail), naming the key, the file and the date.
+#[test]
+fn certificates_outside_their_validity_are_refused() {
+    let s = setup();
+    let dir = s.cluster.root.join("dated");
+    std::fs::create_dir(&dir).unwrap();
+    let ca = |name: &str, from: i32, until: i32| {
+        let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        p.not_before = rcgen::date_time_ymd(from, 1, 1);
+        p.not_after = rcgen::date_time_ymd(until, 1, 1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, p.self_signed(&key).unwrap().pem()).unwrap();
+        path.display().to_string()
+    };
+    let expired = ca("expired.pem", 2001, 2002);
+    let future = ca("future.pem", 2090, 2091);
+    for cmd in ["apply", "ship"] {
+        let set = format!("ca = \"{expired}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.ca",
+            &[&expired, "expired on 2002-01-01"],
+            true,
+        );
+        let set = format!("ca = \"{future}\"");
+        s.refused(
+            cmd,
+            &set,
+            "tls.ca",
+            &[&future, "not valid before 2090-01-01"],
+            false,
+        );
+    }
+}
+
 /// A private key others can read is a warning (not an error) in `--check` and at start;
 /// group read for the daemon's own group is the README's `chmod 0640` and is not.
 #[test]

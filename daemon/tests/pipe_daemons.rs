@@ -276,6 +276,19 @@ fn control_durable(wal: &Path, tablet: &str) -> u64 {
         .0
 }
 
+/// A cluster whose daemons keep a silent QUIC connection for 30 s (the kit's is 1 s): what
+/// the silence limit (5 s) and stateless resets must beat.
+fn cluster_with_long_idle_timeout(root: &Path) -> Cluster {
+    let c = Cluster::new(root, "batch", "");
+    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
+        let text = std::fs::read_to_string(cfg).unwrap();
+        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
+        assert_ne!(text, longer, "the kit's idle timeout");
+        std::fs::write(cfg, longer).unwrap();
+    }
+    c
+}
+
 /// A shipper status row of `tablet`, once the admin API answers and has it.
 fn ship_row(c: &Cluster, tablet: &str) -> Option<serde_json::Value> {
     let (200, st) = api(&c.shipper_sock, "GET", "/v1/status")? else {
@@ -481,13 +494,7 @@ fn applier_status_stays_streaming_across_a_shipper_restart() {
 #[test]
 fn a_restarted_applier_resets_the_old_connection_at_once() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Cluster::new(tmp.path(), "batch", "");
-    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
-        let text = std::fs::read_to_string(cfg).unwrap();
-        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
-        assert_ne!(text, longer, "the kit's idle timeout");
-        std::fs::write(cfg, longer).unwrap();
-    }
+    let c = cluster_with_long_idle_timeout(tmp.path());
     write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
     let mut applier = c.start_applier();
     let _shipper = c.start_shipper();
@@ -522,13 +529,7 @@ fn a_restarted_applier_resets_the_old_connection_at_once() {
 #[test]
 fn a_dead_applier_is_noticed_within_the_silence_limit() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Cluster::new(tmp.path(), "batch", "");
-    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
-        let text = std::fs::read_to_string(cfg).unwrap();
-        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
-        assert_ne!(text, longer, "the kit's idle timeout");
-        std::fs::write(cfg, longer).unwrap();
-    }
+    let c = cluster_with_long_idle_timeout(tmp.path());
     write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
     let end = control_durable(&c.wal, "t1");
     let mut applier = c.start_applier();
@@ -582,13 +583,7 @@ fn a_dead_applier_is_noticed_within_the_silence_limit() {
 #[test]
 fn a_dead_shipper_is_noticed_by_the_applier_within_the_silence_limit() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Cluster::new(tmp.path(), "batch", "");
-    for cfg in [&c.applier_cfg, &c.shipper_cfg] {
-        let text = std::fs::read_to_string(cfg).unwrap();
-        let longer = text.replace("idle-timeout = \"1s\"", "idle-timeout = \"30s\"");
-        assert_ne!(text, longer, "the kit's idle timeout");
-        std::fs::write(cfg, longer).unwrap();
-    }
+    let c = cluster_with_long_idle_timeout(tmp.path());
     write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
     let end = control_durable(&c.wal, "t1");
     let mut applier = c.start_applier();
