@@ -150,6 +150,17 @@ struct Lane {
     /// Tablets on this thread (taken in or not), for placing new ones.
     tablets: AtomicUsize,
     shutdown: AtomicBool,
+    /// The thread has ended (normally, or by a panic outside a tablet's step).
+    exited: AtomicBool,
+}
+
+/// Marks its lane's thread as ended when dropped (also while unwinding).
+struct ExitMark<'a>(&'a Lane);
+
+impl Drop for ExitMark<'_> {
+    fn drop(&mut self) {
+        self.0.exited.store(true, Ordering::Release);
+    }
 }
 
 /// A group of apply threads shared by tablets (see the module doc). Dropping it stops the
@@ -171,11 +182,15 @@ impl ApplyThreads {
                 inbox: Mutex::new(Vec::new()),
                 tablets: AtomicUsize::new(0),
                 shutdown: AtomicBool::new(false),
+                exited: AtomicBool::new(false),
             });
             let l = lane.clone();
             let t = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || lane_main(&l))
+                .spawn(move || {
+                    let _mark = ExitMark(&l);
+                    lane_main(&l)
+                })
                 .map_err(|source| Error::Io {
                     op: "spawn apply thread",
                     path: PathBuf::new(),
@@ -196,11 +211,16 @@ impl ApplyThreads {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     }
 
-    /// The thread with the fewest tablets.
+    /// The running thread with the fewest tablets (an ended one only if all have ended).
     fn pick(&self) -> Arc<Lane> {
         self.lanes
             .iter()
-            .min_by_key(|l| l.tablets.load(Ordering::Relaxed))
+            .min_by_key(|l| {
+                (
+                    l.exited.load(Ordering::Acquire),
+                    l.tablets.load(Ordering::Relaxed),
+                )
+            })
             .cloned()
             .unwrap_or_else(|| unreachable!("an ApplyThreads has at least one lane"))
     }
@@ -276,7 +296,7 @@ fn lane_main(lane: &Lane) {
     }
 }
 
-/// The apply stage of one tablet, running on its own thread.
+/// The apply stage of one tablet, on a thread of its [`ApplyThreads`] group.
 #[derive(Debug)]
 pub struct ApplyWorker {
     shared: Arc<Shared>,
@@ -438,12 +458,20 @@ impl ApplyWorker {
         {
             let mut g = self.shared.progress();
             while self.is_running() {
+                if self.shared.lane.exited.load(Ordering::Acquire) {
+                    // The thread died outside a step: nothing will finish this tablet.
+                    let mut e = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
+                    e.get_or_insert_with(|| Arc::new(Error::Shutdown(self.shared.tablet.clone())));
+                    self.shared.running.store(false, Ordering::Release);
+                    break;
+                }
                 *g += 1;
                 g = self
                     .shared
                     .progress_cv
-                    .wait(g)
-                    .unwrap_or_else(|p| p.into_inner());
+                    .wait_timeout(g, Duration::from_millis(100))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
                 *g -= 1;
             }
         }
@@ -682,4 +710,44 @@ fn apply_ready_parts(
     store.apply_parts(tablet, &batch, Durability::Buffered)?;
     c.parts_applied(&parts);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A tablet placed on a thread that has ended (as after a panic outside a step) is
+    /// stopped with an error at once instead of waiting forever for the thread to finish it.
+    #[test]
+    fn stop_does_not_wait_for_a_thread_that_has_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let group = Arc::new(ApplyThreads::new(1, "apply-ended").unwrap());
+        let lane = group.lanes[0].clone();
+        lane.shutdown.store(true, Ordering::Release);
+        lane.bell.ring();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !lane.exited.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the lane thread did not end");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let cfg = ApplyConfig {
+            threads: Some(group.clone()),
+            ..ApplyConfig::default()
+        };
+        let t: TabletId = "t1".parse().unwrap();
+        let mut w = ApplyWorker::start(store, &dir.path().join("received"), t, cfg).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = w.stop();
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stop() returned");
+        let e = r.unwrap_err();
+        assert!(e.contains("t1"), "{e}");
+    }
 }
