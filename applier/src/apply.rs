@@ -168,7 +168,7 @@ impl Drop for ExitMark<'_> {
 #[derive(Debug)]
 pub struct ApplyThreads {
     lanes: Vec<Arc<Lane>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl ApplyThreads {
@@ -199,10 +199,7 @@ impl ApplyThreads {
             lanes.push(lane);
             threads.push(t);
         }
-        Ok(ApplyThreads {
-            lanes,
-            threads: Mutex::new(threads),
-        })
+        Ok(ApplyThreads { lanes, threads })
     }
 
     /// The default size of a group: half the cores, at least one (the other half is left
@@ -232,12 +229,7 @@ impl Drop for ApplyThreads {
             l.shutdown.store(true, Ordering::Release);
             l.bell.ring();
         }
-        for t in self
-            .threads
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -264,7 +256,7 @@ fn lane_main(lane: &Lane) {
                 t.finish(Ok(()), lane);
                 return false;
             }
-            let span = tracing::info_span!("apply", tablet = %t.sh.tablet);
+            let span = t.span.clone();
             let _e = span.enter();
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step())) {
                 Ok(Ok(Step::Worked)) => {
@@ -347,6 +339,7 @@ impl ApplyWorker {
             c.register_worker(&tablet, meta.safe_time, Arc::new(move || sh.notify()));
         }
         let looper = TabletLoop {
+            span: tracing::info_span!("apply", tablet = %tablet),
             sh: shared.clone(),
             store,
             root: received_dir.to_path_buf(),
@@ -523,6 +516,9 @@ fn log_ready(dir: &Path) -> Result<bool> {
 #[derive(Debug)]
 struct TabletLoop {
     sh: Arc<Shared>,
+    /// Entered for each step (made once: a new span per step costs the subscriber an
+    /// allocation and the formatting of its fields each time).
+    span: tracing::Span,
     store: Arc<Store>,
     root: PathBuf,
     cfg: ApplyConfig,

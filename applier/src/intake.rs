@@ -88,13 +88,13 @@ pub enum TabletState {
 }
 
 impl TabletState {
-    /// Every state's name, as [`TabletState::name`] gives them (the metrics export each).
-    pub const NAMES: [&'static str; 5] = [
-        "disconnected",
-        "streaming",
-        "needs_bootstrap",
-        "failed",
-        "paused",
+    /// Every state (the metrics export each).
+    pub const ALL: [TabletState; 5] = [
+        TabletState::Disconnected,
+        TabletState::Streaming,
+        TabletState::NeedsBootstrap,
+        TabletState::Failed,
+        TabletState::Paused,
     ];
 
     pub fn name(self) -> &'static str {
@@ -119,11 +119,16 @@ impl TabletState {
 
 #[cfg(test)]
 #[test]
-fn tablet_state_names_list_every_state_once() {
-    let names: Vec<_> = (0..TabletState::NAMES.len() as u8)
-        .map(|v| TabletState::from_u8(v).name())
+fn tablet_state_all_lists_every_state_once() {
+    let all: Vec<_> = (0..TabletState::ALL.len() as u8)
+        .map(TabletState::from_u8)
         .collect();
-    assert_eq!(names, TabletState::NAMES);
+    assert_eq!(all, TabletState::ALL);
+    // Past the last one, `from_u8` falls back to the first.
+    assert_eq!(
+        TabletState::from_u8(TabletState::ALL.len() as u8),
+        TabletState::ALL[0]
+    );
 }
 
 #[derive(Clone, Debug)]

@@ -402,6 +402,15 @@ fn store_apply_reapplied_after_reopen_is_skipped() {
     check(&s, &recs, &pos, end);
 }
 
+/// Waits (up to `DEADLINE`) for `w` to stop by itself; `what` names the failure.
+fn wait_stopped(w: &ApplyWorker, what: &str) {
+    let deadline = Instant::now() + DEADLINE;
+    while w.is_running() {
+        assert!(Instant::now() < deadline, "{what}");
+        w.wait_applied(WalPos(u64::MAX), Duration::from_millis(100));
+    }
+}
+
 /// Damages the body of a write record in the middle of the first segment of the log
 /// written by [`write_log`]; returns its index.
 fn damage_a_write(received: &Path, recs: &[Record], pos: &[WalPos]) -> usize {
@@ -432,14 +441,7 @@ fn corrupt_received_log_stops_the_worker_without_skipping() {
         let store = Arc::new(Store::open(dir.path()).unwrap());
         let mut w =
             ApplyWorker::start(store.clone(), &received, tablet(), small_batches()).unwrap();
-        let deadline = Instant::now() + DEADLINE;
-        while w.is_running() {
-            assert!(
-                Instant::now() < deadline,
-                "worker did not stop on corruption"
-            );
-            w.wait_applied(WalPos(u64::MAX), Duration::from_millis(100));
-        }
+        wait_stopped(&w, "worker did not stop on corruption");
         let e = w.stop().unwrap_err();
         let msg = e.to_string();
         assert!(
@@ -524,11 +526,7 @@ fn tablets_sharing_one_apply_thread_stay_independent() {
         );
         written.push((pos, end));
     }
-    let deadline = Instant::now() + DEADLINE;
-    while workers[3].is_running() {
-        assert!(Instant::now() < deadline, "corrupt log not noticed");
-        workers[3].wait_applied(WalPos(u64::MAX), Duration::from_millis(100));
-    }
+    wait_stopped(&workers[3], "corrupt log not noticed");
     assert!(workers[1].is_running() && workers[2].is_running());
     let e = workers[3].stop().unwrap_err();
     assert!(matches!(&*e, Error::Wal { .. }), "{e}");

@@ -32,6 +32,10 @@ use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
 use crate::{certs, metrics, notify, service};
 
+/// A tablet's state in status and metrics once its apply worker stopped with an error
+/// (whatever its intake state).
+pub const APPLY_FAILED: &str = "apply_failed";
+
 /// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 60 s).
 const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 
@@ -380,7 +384,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
             .map_or(0, |m| m.applied_records);
         let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
         let state = if apply_error.is_some() {
-            "apply_failed"
+            APPLY_FAILED
         } else {
             st.state
         };

@@ -242,6 +242,9 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
     })
 }
 
+/// How long before a certificate expires `--check` and the start begin to warn.
+pub const EXPIRY_WARNING: std::time::Duration = std::time::Duration::from_secs(30 * 86400);
+
 /// The PEM files of a daemon's `[tls]`, parsed and checked the way start-up uses them.
 #[derive(Debug)]
 pub struct Material {
@@ -290,12 +293,7 @@ impl Material {
         }
         Ok(Material { ca, chain, key })
     }
-}
 
-/// How long before a certificate expires `--check` and the start begin to warn.
-pub const EXPIRY_WARNING: std::time::Duration = std::time::Duration::from_secs(30 * 86400);
-
-impl Material {
     /// [`Material::load`], then what a start should know about the files: a private key
     /// others can read ([`key_mode_warning`]) and the certificates' validity
     /// ([`Material::check_validity`], now), as warnings — or an error for a certificate
@@ -319,7 +317,6 @@ impl Material {
             .into_iter()
             .chain(self.ca.iter().map(|c| ("ca", &tls.ca, c)))
         {
-            let at = |t: i64| format_unix_date(t);
             match validity(cert) {
                 Err(e) => warnings.push(format!(
                     "key \"tls.{key}\": {}: cannot read the certificate's validity ({e})",
@@ -330,7 +327,7 @@ impl Material {
                         bail!(
                             "key \"tls.{key}\": {}: the certificate expired on {}",
                             path.display(),
-                            at(until)
+                            format_unix_date(until)
                         );
                     }
                     if now < from {
@@ -338,7 +335,7 @@ impl Material {
                             "key \"tls.{key}\": {}: the certificate is not valid before {} \
                              (is the clock right?)",
                             path.display(),
-                            at(from)
+                            format_unix_date(from)
                         );
                     }
                     let left = until - now;
@@ -346,7 +343,7 @@ impl Material {
                         warnings.push(format!(
                             "key \"tls.{key}\": {}: the certificate expires on {} (in {} days)",
                             path.display(),
-                            at(until),
+                            format_unix_date(until),
                             left / 86400
                         ));
                     }

@@ -18,7 +18,7 @@ use tidelog_applier::trx::TrxState;
 use tidelog_shipper::Shipper;
 use tidelog_wal::HybridTime;
 
-use crate::applier_daemon::ApplierState;
+use crate::applier_daemon::{ApplierState, APPLY_FAILED};
 
 /// A metric family's type.
 #[derive(Clone, Copy, Debug)]
@@ -152,7 +152,7 @@ pub fn applier(s: &ApplierState) -> String {
                 let failed = w.is_some_and(|w| w.error().is_some());
                 ApplierRow {
                     tablet: ti.tablet.to_string(),
-                    state: if failed { "apply_failed" } else { st.state },
+                    state: if failed { APPLY_FAILED } else { st.state },
                     received_pos: st.received_pos,
                     received_bytes: st.bytes,
                     received_records: st.records,
@@ -350,10 +350,10 @@ pub fn applier(s: &ApplierState) -> String {
         Kind::Gauge,
         "1 for the tablet's current intake/apply state, 0 for the others (every state is exported, so series do not come and go).",
     );
-    let applier_states = tidelog_applier::intake::TabletState::NAMES
-        .iter()
-        .copied()
-        .chain(["apply_failed"]);
+    let applier_states = tidelog_applier::intake::TabletState::ALL
+        .map(|st| st.name())
+        .into_iter()
+        .chain([APPLY_FAILED]);
     for r in &rows {
         for state in applier_states.clone() {
             m.sample(
@@ -510,7 +510,7 @@ pub fn shipper(s: &Shipper) -> String {
         "1 for the tablet's current shipping state, 0 for the others (every state is exported, so series do not come and go).",
     );
     for (t, row) in &st {
-        for state in tidelog_shipper::ShipState::NAMES {
+        for state in tidelog_shipper::ShipState::ALL.map(|st| st.name()) {
             m.sample(
                 "tidelog_shipper_tablet_state",
                 &[("tablet", t.as_ref()), ("state", state)],

@@ -106,15 +106,15 @@ pub enum ShipState {
 }
 
 impl ShipState {
-    /// Every state's name, as [`ShipState::name`] gives them (the metrics export each).
-    pub const NAMES: [&'static str; 7] = [
-        "connecting",
-        "streaming",
-        "idle",
-        "needs_bootstrap",
-        "refused",
-        "paused",
-        "error",
+    /// Every state (the metrics export each).
+    pub const ALL: [ShipState; 7] = [
+        ShipState::Connecting,
+        ShipState::Streaming,
+        ShipState::Idle,
+        ShipState::NeedsBootstrap,
+        ShipState::Refused,
+        ShipState::Paused,
+        ShipState::Error,
     ];
 
     pub fn name(self) -> &'static str {
@@ -143,11 +143,16 @@ impl ShipState {
 
 #[cfg(test)]
 #[test]
-fn ship_state_names_list_every_state_once() {
-    let names: Vec<_> = (0..ShipState::NAMES.len() as u8)
-        .map(|v| ShipState::from_u8(v).name())
+fn ship_state_all_lists_every_state_once() {
+    let all: Vec<_> = (0..ShipState::ALL.len() as u8)
+        .map(ShipState::from_u8)
         .collect();
-    assert_eq!(names, ShipState::NAMES);
+    assert_eq!(all, ShipState::ALL);
+    // Past the last one, `from_u8` falls back to the first.
+    assert_eq!(
+        ShipState::from_u8(ShipState::ALL.len() as u8),
+        ShipState::ALL[0]
+    );
 }
 
 /// Live counters of one tablet (atomics shared with its lane).
