@@ -114,6 +114,9 @@ struct Shared {
     applied_bytes: AtomicU64,
     /// Wall time of each `Store::apply` batch.
     batch_latency: LatencyHistogram,
+    /// Age of each batch's newest record once the batch is in the store (the `applied` lag
+    /// stage).
+    applied_age: LatencyHistogram,
 }
 
 impl Shared {
@@ -333,6 +336,7 @@ impl ApplyWorker {
             applied_records: AtomicU64::new(0),
             applied_bytes: AtomicU64::new(0),
             batch_latency: LatencyHistogram::new(),
+            applied_age: LatencyHistogram::new(),
         });
         if let Some(c) = &cfg.consistency {
             let sh = shared.clone();
@@ -403,6 +407,11 @@ impl ApplyWorker {
     /// The latency of this worker's apply batches so far.
     pub fn batch_latency(&self) -> HistogramSnapshot {
         self.shared.batch_latency.snapshot()
+    }
+
+    /// How old each batch's newest record was once the batch was in the store.
+    pub fn applied_age(&self) -> HistogramSnapshot {
+        self.shared.applied_age.snapshot()
     }
 
     /// Whether the thread is still applying (false after `stop` or an error).
@@ -588,6 +597,9 @@ impl TabletLoop {
             let out = self.store.apply(tablet, batch, end, cfg.durability)?;
             let took = started.elapsed();
             sh.batch_latency.record(took);
+            if let Some((_, newest)) = batch.last() {
+                sh.applied_age.record_age(newest.ht);
+            }
             if took >= SLOW_BATCH {
                 tracing::warn!(
                     records = batch.len(),

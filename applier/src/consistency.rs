@@ -68,6 +68,9 @@ pub struct Consistency {
     signal: Doorbell,
     /// Each publish: the new value written and the store fsync before it is published.
     publish_latency: LatencyHistogram,
+    /// Age of each published safe time when readers could first see it (the `visible` lag
+    /// stage).
+    visible_age: LatencyHistogram,
     /// Callers blocked on `advanced_cv` in [`Consistency::wait_for`] (notified only when
     /// some are: a condvar notify is a system call, waiter or not).
     advanced: Mutex<usize>,
@@ -178,6 +181,7 @@ impl Consistency {
             wakers: Mutex::new(Wakers(BTreeMap::new())),
             signal: Doorbell::new(true),
             publish_latency: LatencyHistogram::new(),
+            visible_age: LatencyHistogram::new(),
             advanced: Mutex::new(0),
             advanced_cv: Condvar::new(),
             stop: AtomicBool::new(cut.is_some()),
@@ -206,6 +210,11 @@ impl Consistency {
     /// How long publishing took (value written, store fsynced), per published value.
     pub fn publish_latency(&self) -> HistogramSnapshot {
         self.publish_latency.snapshot()
+    }
+
+    /// How old each published safe time was when it was published.
+    pub fn visible_age(&self) -> HistogramSnapshot {
+        self.visible_age.snapshot()
     }
 
     /// Tablet `t` applied a batch: record its commits and its new safe time; wake the
@@ -417,6 +426,7 @@ impl Consistency {
                     match r {
                         Ok(_) => {
                             self.global.fetch_max(ht.0, Ordering::Release);
+                            self.visible_age.record_age(ht);
                             // A waiter loads the safe time under this lock before it sleeps.
                             if *lock(&self.advanced) > 0 {
                                 self.advanced_cv.notify_all();

@@ -33,6 +33,7 @@ use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPo
 use tokio::sync::watch;
 
 use crate::frame_queue::{FrameQueue, PushError};
+use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::tls::{server_config, TlsMaterial};
 
 /// What the intake needs to run.
@@ -182,6 +183,9 @@ pub struct TabletIntake {
     frame_errors: AtomicU64,
     /// Of those, frames whose message or record checksum did not match.
     checksum_errors: AtomicU64,
+    /// Age of the newest record of each group when it became durable (the `received` lag
+    /// stage).
+    received_age: LatencyHistogram,
 }
 
 impl std::fmt::Debug for WriteReq {
@@ -236,6 +240,11 @@ impl TabletIntake {
             self.frame_errors.load(Ordering::Relaxed),
             self.checksum_errors.load(Ordering::Relaxed),
         )
+    }
+
+    /// How old each durable group's newest record was when it became durable.
+    pub fn received_age(&self) -> HistogramSnapshot {
+        self.received_age.snapshot()
     }
 
     /// Counts a refused frame; `checksum` when a checksum did not match.
@@ -508,6 +517,7 @@ impl Shared {
             write_gate: Mutex::new(()),
             frame_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
+            received_age: LatencyHistogram::new(),
         });
         let (ti2, shared) = (ti.clone(), self.clone());
         let sync = self.opts.sync;
@@ -685,6 +695,9 @@ fn writer_thread(
         ti.safe_time.store(ht.0, Ordering::Release);
         ti.records.fetch_add(n_records, Ordering::Relaxed);
         ti.bytes.fetch_add(n_bytes, Ordering::Relaxed);
+        if n_records > 0 {
+            ti.received_age.record_age(ht);
+        }
         if let Some((_, _, e)) = &error {
             *lock(&ti.last_error) = Some(e.clone());
         }

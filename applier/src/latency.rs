@@ -9,7 +9,9 @@
 //! scrape is off by at most the batches in flight, never inconsistent over time.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use tidelog_wal::HybridTime;
 
 /// Upper bounds of the buckets, in seconds (`+Inf` is implied).
 pub const BUCKETS_SECONDS: [f64; 14] = [
@@ -44,6 +46,16 @@ pub struct HistogramSnapshot {
 impl LatencyHistogram {
     pub fn new() -> LatencyHistogram {
         LatencyHistogram::default()
+    }
+
+    /// Records how old data stamped `ht` is now: this host's clock minus the ht's physical
+    /// part (0 when the source's clock is ahead). One of the lag stages
+    /// (`tidelog_applier_stage_lag_seconds`).
+    pub fn record_age(&self, ht: HybridTime) {
+        let now = HybridTime::from_system_time(SystemTime::now()).physical_micros();
+        self.record(Duration::from_micros(
+            now.saturating_sub(ht.physical_micros()),
+        ));
     }
 
     /// Records one observation.

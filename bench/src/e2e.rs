@@ -29,6 +29,9 @@
 //!   time passes every tablet's last record — how far behind the target was at the end.
 //! * CPU seconds (utime + stime, `/proc/<pid>/stat`) of the applier, the shipper and this
 //!   process (load generator + sampler) from load start to caught up.
+//! * Lag by stage: the applier's `tidelog_applier_stage_lag_seconds` histograms (`received`,
+//!   `applied`, `visible`), scraped at the load's start and after the catch-up; their
+//!   quantiles are printed beside the sampler's (`stage_lag.rs`).
 //! * Physical baseline in the same run: 4 KiB `pwrite` + `fdatasync` loop for 2 s on the same
 //!   filesystem; the ratio lag p50 / fdatasync p50 is printed.
 //!
@@ -56,6 +59,7 @@ use tidelog_wal::SyncPolicy;
 
 use crate::http1::Http1;
 use crate::ship::cpu;
+use crate::stage_lag;
 use crate::stats::{fmt_int, fmt_ns, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
 
@@ -167,12 +171,24 @@ impl Admin {
     /// One request on the keep-alive connection (opened if needed); no retry. A body that
     /// is not JSON reads as `null`.
     pub(crate) fn request(&mut self, method: &str, path: &str) -> Result<(u16, Value)> {
+        let (status, body) = self.raw(method, path)?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    fn raw(&mut self, method: &str, path: &str) -> Result<(u16, Vec<u8>)> {
         let conn = match &mut self.conn {
             Some(c) => c,
             None => self.conn.insert(Http1::connect(&self.socket)?),
         };
-        let (status, body) = conn.request(method, path)?;
-        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+        conn.request(method, path)
+    }
+
+    /// The applier's lag-by-stage histograms (`GET /metrics`; empty when it fails).
+    fn stage_lag(&mut self) -> stage_lag::Scrape {
+        match self.raw("GET", "/metrics") {
+            Ok((200, body)) => stage_lag::parse(&String::from_utf8_lossy(&body)),
+            _ => stage_lag::Scrape::default(),
+        }
     }
 
     /// The published global safe time (0 while uninitialized).
@@ -420,6 +436,9 @@ pub struct Step {
     /// The source's part of `lag`: from the commit until every tablet had committed a
     /// record at or past its `commit_ht` at the source.
     pub source_lag: LagUs,
+    /// The applier's own histograms of how old the newest data was at each stage, between
+    /// the load's start and the catch-up (per event, bucket-interpolated; `stage_lag.rs`).
+    pub stage_lag: Vec<stage_lag::StageLag>,
     pub samples_skipped_warmup: u64,
     pub samples_unresolved: u64,
     pub polls_per_s: f64,
@@ -537,6 +556,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         cpu::snapshot(None),
     );
     let applied0 = admin.applied_records()?;
+    let stages0 = admin.stage_lag();
     let t_start = Instant::now();
     let (mut last_a, mut last_t) = (applied0, Instant::now());
     while !load_t.is_finished() {
@@ -597,6 +617,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         std::thread::sleep(Duration::from_micros(200));
     }
     let catch_up = t_load_end.elapsed();
+    let stages = stage_lag::between(&stages0, &admin.stage_lag());
     let (cpu_a1, cpu_s1, cpu_b1) = (
         cpu::snapshot(Some(applier.pid())),
         cpu::snapshot(Some(shipper.pid())),
@@ -636,6 +657,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         },
         lag: LagUs::of(&s.hist),
         source_lag: LagUs::of(&s.source_hist),
+        stage_lag: stages,
         samples_skipped_warmup: s.skipped_warmup,
         samples_unresolved: s.unresolved,
         polls_per_s: s.polls as f64 / wall.max(1e-9),
@@ -682,6 +704,12 @@ fn print_step(s: &Step) {
         fmt_ns((s.source_lag.mean_us * 1000.0) as u64),
         fmt_int(s.source_lag.count),
     );
+    if !s.stage_lag.is_empty() {
+        println!(
+            "   by stage (the applier's histograms, per event, bucket-interpolated): {}",
+            stage_lag::describe(&s.stage_lag)
+        );
+    }
     println!("   CPU applier {}", s.cpu_applier.describe(4));
     println!("   CPU shipper {}", s.cpu_shipper.describe(4));
     println!("   CPU bench   {}", s.cpu_bench.describe(4));

@@ -21,6 +21,7 @@ mod http1;
 mod load_cmd;
 mod pgwire;
 mod ship;
+mod stage_lag;
 mod stats;
 mod trx_bench;
 mod wal_bench;

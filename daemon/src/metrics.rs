@@ -89,18 +89,39 @@ impl Exposition {
     /// A whole histogram family (`_bucket{le=…}`, `_sum`, `_count`) in seconds.
     pub fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
         self.family(name, Kind::Histogram, help);
-        let bucket = format!("{name}_bucket");
-        for (i, le) in BUCKETS_SECONDS.iter().enumerate() {
-            let n = h.cumulative.get(i).copied().unwrap_or(0);
-            self.sample(&bucket, &[("le", &le.to_string())], n);
+        self.histogram_series(name, None, h);
+    }
+
+    /// One histogram family with a series per value of label `label`.
+    pub fn histograms(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &str,
+        series: &[(&str, &HistogramSnapshot)],
+    ) {
+        self.family(name, Kind::Histogram, help);
+        for (value, h) in series {
+            self.histogram_series(name, Some((label, value)), h);
         }
-        self.sample(&bucket, &[("le", "+Inf")], h.count);
-        self.sample(
-            &format!("{name}_sum"),
-            &[],
-            h.sum_micros as f64 / 1_000_000.0,
-        );
-        self.sample(&format!("{name}_count"), &[], h.count);
+    }
+
+    fn histogram_series(&mut self, name: &str, label: Option<(&str, &str)>, h: &HistogramSnapshot) {
+        let bucket = format!("{name}_bucket");
+        let base: Vec<(&str, &str)> = label.into_iter().collect();
+        let les = BUCKETS_SECONDS.iter().map(f64::to_string);
+        for (i, le) in les.chain(["+Inf".to_string()]).enumerate() {
+            let n = match BUCKETS_SECONDS.get(i) {
+                Some(_) => h.cumulative.get(i).copied().unwrap_or(0),
+                None => h.count,
+            };
+            let mut labels = base.clone();
+            labels.push(("le", &le));
+            self.sample(&bucket, &labels, n);
+        }
+        let sum = h.sum_micros as f64 / 1_000_000.0;
+        self.sample(&format!("{name}_sum"), &base, sum);
+        self.sample(&format!("{name}_count"), &base, h.count);
     }
 
     pub fn finish(self) -> String {
@@ -137,6 +158,8 @@ struct ApplierRow {
 /// The applier's metrics. Blocking (locks, one store read): call it off the runtime.
 pub fn applier(s: &ApplierState) -> String {
     let mut latency = HistogramSnapshot::empty();
+    let (mut received_age, mut applied_age) =
+        (HistogramSnapshot::empty(), HistogramSnapshot::empty());
     let rows: Vec<ApplierRow> = {
         let workers = s.appliers.workers();
         s.intake
@@ -145,9 +168,11 @@ pub fn applier(s: &ApplierState) -> String {
             .map(|ti| {
                 let st = ti.status();
                 let (frame_errors, checksum_errors) = ti.frame_errors();
+                received_age.merge(&ti.received_age());
                 let w = workers.get(&ti.tablet);
                 if let Some(w) = w {
                     latency.merge(&w.batch_latency());
+                    applied_age.merge(&w.applied_age());
                 }
                 let failed = w.is_some_and(|w| w.error().is_some());
                 ApplierRow {
@@ -372,6 +397,16 @@ pub fn applier(s: &ApplierState) -> String {
         "tidelog_applier_safe_time_publish_duration_seconds",
         "Wall time of one safe-time publish: the new value written and the store fsync that makes it, and the batches it covers, durable before readers see it.",
         &s.consistency.publish_latency(),
+    );
+    m.histograms(
+        "tidelog_applier_stage_lag_seconds",
+        "How old the newest data is at each stage, by this host's clock against the source's hybrid times, all tablets: `received` once a group of frames is durable in the received log, `applied` once an apply batch is in the store, `visible` once a safe time is published to readers.",
+        "stage",
+        &[
+            ("received", &received_age),
+            ("applied", &applied_age),
+            ("visible", &s.consistency.visible_age()),
+        ],
     );
 
     // ---- trx_status (binlog and trx_status): the route counts its answers ------------

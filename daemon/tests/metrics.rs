@@ -203,6 +203,24 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     )
     .unwrap();
     assert!(publishes >= 1.0, "{publishes} safe-time publishes");
+    // Each lag stage saw the records (written before the daemons started, so older than 0
+    // and, by the source's hybrid times, far younger than a minute).
+    for stage in ["received", "applied", "visible"] {
+        let series = |part: &str| {
+            let name = format!("tidelog_applier_stage_lag_seconds_{part}{{stage=\"{stage}\"}}");
+            value(&a1, &name).unwrap_or_else(|| panic!("{name} missing:\n{a1}"))
+        };
+        let (count, sum) = (series("count"), series("sum"));
+        assert!(count >= 1.0, "stage {stage}: {count} observations");
+        assert!(
+            sum > 0.0 && sum / count < 60.0,
+            "stage {stage}: mean age {} s over {count}",
+            sum / count
+        );
+        let inf =
+            format!("tidelog_applier_stage_lag_seconds_bucket{{stage=\"{stage}\",le=\"+Inf\"}}");
+        assert_eq!(value(&a1, &inf), Some(count), "{inf}");
+    }
 
     // More traffic on t1 only: its counters move, t2's do not.
     write_records(&c.wal, "t1", 25, |_| vec![b'x'; 100]);
@@ -235,6 +253,10 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         get(&a1, "tidelog_applier_received_bytes_total{tablet=\"t2\"}")
     );
     assert!(get(&a2, "tidelog_applier_apply_batch_duration_seconds_count") > batches);
+    for stage in ["received", "applied"] {
+        let name = format!("tidelog_applier_stage_lag_seconds_count{{stage=\"{stage}\"}}");
+        assert!(get(&a2, &name) > get(&a1, &name), "{name} did not grow");
+    }
     assert_eq!(
         get(&s2, "tidelog_shipper_shipped_records_total{tablet=\"t1\"}"),
         75.0
