@@ -158,12 +158,17 @@ impl Admin {
     }
 
     pub(crate) fn get(&mut self, path: &str) -> Result<(u16, Value)> {
-        match self.request("GET", path) {
+        let (status, body) = self.get_raw(path)?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// `GET` with one reconnect: the keep-alive connection may have been closed.
+    fn get_raw(&mut self, path: &str) -> Result<(u16, Vec<u8>)> {
+        match self.raw("GET", path) {
             Ok(v) => Ok(v),
             Err(_) => {
-                // A closed keep-alive connection: reconnect once.
                 self.conn = None;
-                self.request("GET", path)
+                self.raw("GET", path)
             }
         }
     }
@@ -185,7 +190,7 @@ impl Admin {
 
     /// The applier's lag-by-stage histograms (`GET /metrics`; empty when it fails).
     fn stage_lag(&mut self) -> stage_lag::Scrape {
-        match self.raw("GET", "/metrics") {
+        match self.get_raw("/metrics") {
             Ok((200, body)) => stage_lag::parse(&String::from_utf8_lossy(&body)),
             _ => stage_lag::Scrape::default(),
         }
@@ -550,13 +555,14 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
             _ => bail!("the load generator stopped before the load started"),
         };
     }
+    // Scraped outside the CPU-measured interval: rendering the metrics costs the applier.
+    let stages0 = admin.stage_lag();
     let (cpu_a0, cpu_s0, cpu_b0) = (
         cpu::snapshot(Some(applier.pid())),
         cpu::snapshot(Some(shipper.pid())),
         cpu::snapshot(None),
     );
     let applied0 = admin.applied_records()?;
-    let stages0 = admin.stage_lag();
     let t_start = Instant::now();
     let (mut last_a, mut last_t) = (applied0, Instant::now());
     while !load_t.is_finished() {
@@ -617,12 +623,12 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         std::thread::sleep(Duration::from_micros(200));
     }
     let catch_up = t_load_end.elapsed();
-    let stages = stage_lag::between(&stages0, &admin.stage_lag());
     let (cpu_a1, cpu_s1, cpu_b1) = (
         cpu::snapshot(Some(applier.pid())),
         cpu::snapshot(Some(shipper.pid())),
         cpu::snapshot(None),
     );
+    let stages = stage_lag::between(&stages0, &admin.stage_lag());
     let wall = t_start.elapsed().as_secs_f64();
     // Everything is visible now; whatever the sampler still holds resolves on its next poll.
     let gu = give_up.clone();
