@@ -817,19 +817,46 @@ struct TrxParams {
 /// Longest `wait` a `trx_status` call may ask for.
 const MAX_TRX_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
-fn trx_json(a: &TrxStatus) -> Value {
-    json!({
-        "trx_id": a.trx_id,
-        "state": a.state.name(),
-        "reason": a.reason,
-        "gtid": a.gtid.map(|g| g.to_string()),
-        "commit_ht": a.commit_ht.map(ht),
-        "connect_id": a.connect_id.map(|c| c.to_string()),
-        "txn": a.txn.map(|t| t.to_string()),
-        "waits_for": a.waits_for,
-        "safe_time": a.safe_time.map(ht),
-        "caught_up": a.caught_up,
-    })
+/// A value shown with its `Display`, serialized as a JSON string without an intermediate
+/// `String`.
+struct Shown<T>(T);
+
+impl<T: std::fmt::Display> serde::Serialize for Shown<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&self.0)
+    }
+}
+
+/// The JSON of a `trx_status` answer, serialized straight from the answer (no `Value`
+/// tree: this is the route clients poll after a failure). Fields in alphabetical order, as
+/// every other object the API renders through `serde_json::Value`.
+#[derive(serde::Serialize)]
+struct TrxJson<'a> {
+    caught_up: bool,
+    commit_ht: Option<Shown<u64>>,
+    connect_id: Option<Shown<u64>>,
+    gtid: Option<Shown<Gtid>>,
+    reason: Option<&'a str>,
+    safe_time: Option<Shown<u64>>,
+    state: &'static str,
+    trx_id: &'a str,
+    txn: Option<Shown<tidelog_wal::TxnId>>,
+    waits_for: Option<&'a str>,
+}
+
+fn trx_json(a: &TrxStatus) -> TrxJson<'_> {
+    TrxJson {
+        caught_up: a.caught_up,
+        commit_ht: a.commit_ht.map(|h| Shown(h.0)),
+        connect_id: a.connect_id.map(Shown),
+        gtid: a.gtid.map(Shown),
+        reason: a.reason.as_deref(),
+        safe_time: a.safe_time.map(|h| Shown(h.0)),
+        state: a.state.name(),
+        trx_id: &a.trx_id,
+        txn: a.txn.map(Shown),
+        waits_for: a.waits_for.as_deref(),
+    }
 }
 
 /// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
@@ -840,7 +867,7 @@ async fn trx_status(
     State(s): State<ApplierState>,
     uri: axum::http::Uri,
     ApiQuery(q): ApiQuery<TrxParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let raw = uri.path().strip_prefix("/v1/trx/").unwrap_or_default();
     let trx_id = match admin::percent_decode("trx_id", raw, false) {
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -882,7 +909,9 @@ async fn trx_status(
     if let Some(i) = TrxState::ALL.iter().position(|st| *st == answer.state) {
         s.trx_lookups[i].fetch_add(1, Ordering::Relaxed);
     }
-    Ok(Json(trx_json(&answer)))
+    Ok(axum::response::IntoResponse::into_response(Json(trx_json(
+        &answer,
+    ))))
 }
 
 #[derive(Debug, Deserialize)]
@@ -1054,4 +1083,70 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
         }
     }
     Ok(Json(cutover_json(&c)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The answer's JSON carries every field, absent ones as `null`, with ids and hybrid
+    /// times as strings (the shape `tidelog ctl trx-status --json` and clients parse).
+    #[test]
+    fn trx_json_has_every_field_as_strings_or_null() {
+        let g = Gtid {
+            domain: 3,
+            server: 7,
+            seq: 42,
+        };
+        let txn = tidelog_wal::TxnId::from_u128(0xabc);
+        let a = TrxStatus {
+            trx_id: "12:34".into(),
+            state: TrxState::Committed,
+            reason: None,
+            gtid: Some(g),
+            commit_ht: Some(HybridTime(u64::MAX - 1)),
+            connect_id: Some(12),
+            txn: Some(txn),
+            waits_for: None,
+            safe_time: Some(HybridTime(99)),
+            caught_up: true,
+        };
+        let got: Value =
+            serde_json::from_slice(&serde_json::to_vec(&trx_json(&a)).unwrap()).unwrap();
+        let want = json!({
+            "trx_id": "12:34",
+            "state": "COMMITTED",
+            "reason": null,
+            "gtid": g.to_string(),
+            "commit_ht": (u64::MAX - 1).to_string(),
+            "connect_id": "12",
+            "txn": txn.to_string(),
+            "waits_for": null,
+            "safe_time": "99",
+            "caught_up": true,
+        });
+        assert_eq!(got, want);
+        let u = TrxStatus {
+            state: TrxState::Unknown,
+            reason: Some("never seen".into()),
+            gtid: None,
+            commit_ht: None,
+            connect_id: None,
+            txn: None,
+            waits_for: Some("x".into()),
+            safe_time: None,
+            caught_up: false,
+            ..a
+        };
+        let got: Value =
+            serde_json::from_slice(&serde_json::to_vec(&trx_json(&u)).unwrap()).unwrap();
+        assert_eq!(got["reason"], "never seen");
+        assert_eq!(got["waits_for"], "x");
+        for k in ["gtid", "commit_ht", "connect_id", "txn", "safe_time"] {
+            assert!(got[k].is_null(), "{k}: {got}");
+        }
+        assert_eq!(got.as_object().unwrap().len(), 10);
+    }
 }
