@@ -177,6 +177,12 @@ pub struct ApplyThreads {
 impl ApplyThreads {
     /// `n` threads (at least one), named `{name}-{i}`.
     pub fn new(n: usize, name: &str) -> Result<ApplyThreads> {
+        Self::with_nice(n, name, 0)
+    }
+
+    /// [`ApplyThreads::new`], each thread at nice value `nice` (0: the process's; see
+    /// [`crate::priority`]).
+    pub fn with_nice(n: usize, name: &str, nice: i32) -> Result<ApplyThreads> {
         let mut lanes = Vec::new();
         let mut threads = Vec::new();
         for i in 0..n.max(1) {
@@ -192,6 +198,7 @@ impl ApplyThreads {
                 .name(format!("{name}-{i}"))
                 .spawn(move || {
                     let _mark = ExitMark(&l);
+                    crate::priority::apply_stage_nice("apply", nice);
                     lane_main(&l)
                 })
                 .map_err(|source| Error::Io {

@@ -98,11 +98,24 @@ impl Consistency {
     /// Rebuilds the core from the store (tablets and their applied safe times, pending
     /// commits with the parts already applied) and starts the publisher.
     pub fn start(store: Arc<Store>, expected: Vec<TabletId>) -> Result<Arc<Consistency>> {
+        Self::start_with_nice(store, expected, 0)
+    }
+
+    /// [`Consistency::start`], the publisher thread at nice value `nice` (0: the process's;
+    /// see [`crate::priority`]).
+    pub fn start_with_nice(
+        store: Arc<Store>,
+        expected: Vec<TabletId>,
+        nice: i32,
+    ) -> Result<Arc<Consistency>> {
         let c = Self::build(store, expected, None)?;
         let c2 = c.clone();
         let h = std::thread::Builder::new()
             .name("safe-time".into())
-            .spawn(move || c2.publisher_loop())
+            .spawn(move || {
+                crate::priority::apply_stage_nice("safe-time", nice);
+                c2.publisher_loop()
+            })
             .map_err(|source| crate::error::Error::Io {
                 op: "spawn the safe-time publisher",
                 path: Default::default(),

@@ -14,6 +14,7 @@ pub mod intake;
 pub mod keys;
 pub mod latency;
 mod periodic;
+pub mod priority;
 pub mod retention;
 pub mod store;
 pub mod tls;

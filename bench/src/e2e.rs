@@ -122,6 +122,10 @@ pub struct E2eArgs {
     /// The throughput budget (txn/s) the max run is checked against.
     #[arg(long, default_value_t = 50_000.0)]
     budget_max: f64,
+    /// The applier's `apply-nice`: nice value of its apply threads and safe-time publisher
+    /// (0: the process's). Below 0 needs root or CAP_SYS_NICE here.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    apply_nice: i32,
 }
 
 // ---- child processes ----
@@ -464,6 +468,15 @@ fn loadavg() -> String {
 fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -> Result<Step> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source")?;
+    if args.apply_nice != 0 {
+        let toml = std::fs::read_to_string(&c.applier_cfg)?;
+        let toml = toml.replacen(
+            "[tls]",
+            &format!("apply-nice = {}\n[tls]", args.apply_nice),
+            1,
+        );
+        std::fs::write(&c.applier_cfg, toml)?;
+    }
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
@@ -886,10 +899,11 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
+        args.apply_nice,
         fmt_ns(fsync.p50_ns),
         fmt_ns(fsync.p99_ns),
         loadavg()

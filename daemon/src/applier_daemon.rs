@@ -220,9 +220,10 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     .context("resuming the cutover")??;
     let (s2, expect) = (store.clone(), cfg.expect_tablets.clone());
     let cut = cutover.as_ref().map(|c| c.cut);
+    let nice = cfg.apply_nice;
     let consistency = tokio::task::spawn_blocking(move || match cut {
         Some(cut) => Consistency::frozen(s2, expect, cut),
-        None => Consistency::start(s2, expect),
+        None => Consistency::start_with_nice(s2, expect, nice),
     })
     .await
     .context("starting safe time")??;
@@ -233,7 +234,11 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
-        threads: Arc::new(ApplyThreads::new(cfg.effective_apply_threads(), "apply")?),
+        threads: Arc::new(ApplyThreads::with_nice(
+            cfg.effective_apply_threads(),
+            "apply",
+            cfg.apply_nice,
+        )?),
     });
     let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
     opts.sync = cfg.sync;

@@ -58,6 +58,11 @@ pub struct ApplierConfig {
     /// Threads applying the received logs; tablets are spread over them, each thread taking
     /// its tablets in turn. 0 = half the cores, at least one. Default `0`.
     pub apply_threads: usize,
+    /// Nice value (-20..=19) of the apply threads and the safe-time publisher, the stages
+    /// consistent reads wait on; 0 = the process's. Below the process's own it needs
+    /// `CAP_SYS_NICE` or a `LimitNICE=` that allows it; refused, it is logged and the
+    /// threads run at the process's value. Default `0`.
+    pub apply_nice: i32,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
     /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
     #[serde(deserialize_with = "de_tls_applier")]
@@ -335,6 +340,7 @@ impl Default for ApplierConfig {
             segment_size: 64 << 20,
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
             apply_threads: 0,
+            apply_nice: 0,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,
@@ -369,6 +375,12 @@ impl ApplierConfig {
             bail!(
                 "key \"apply-threads\": {} is above the maximum {MAX_APPLY_THREADS} (0 = half the cores)",
                 self.apply_threads
+            );
+        }
+        if !(-20..=19).contains(&self.apply_nice) {
+            bail!(
+                "key \"apply-nice\": {} is not a nice value (-20 to 19; 0 = the process's)",
+                self.apply_nice
             );
         }
         Ok(())
@@ -810,6 +822,7 @@ expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
 cache-size = "1GiB"
 apply-threads = 3
+apply-nice = -5
 [tls]
 ca = "/x/ca.pem"
 key = "/x/a.key"
@@ -834,6 +847,8 @@ silence-limit = "2s"
         assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
         assert_eq!(c.effective_apply_threads(), 3);
         assert!(ApplierConfig::default().effective_apply_threads() >= 1);
+        assert_eq!(c.apply_nice, -5);
+        assert_eq!(ApplierConfig::default().apply_nice, 0);
         assert_eq!(c.tls.ca, PathBuf::from("/x/ca.pem"));
         assert_eq!(c.tls.cert, PathBuf::from("/etc/tidelog/tls/applier.pem"));
         assert_eq!(c.tls.key, PathBuf::from("/x/a.key"));
@@ -1133,6 +1148,16 @@ ship-unsynced = true
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"apply-threads\": 257 is above"), "{e}");
         c.apply_threads = 0;
+        for bad in [-21, 20] {
+            c.apply_nice = bad;
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(
+                e.starts_with(&format!("key \"apply-nice\": {bad} is not a nice value")),
+                "{e}"
+            );
+        }
+        c.apply_nice = -20;
+        c.validate().unwrap();
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");

@@ -467,3 +467,67 @@ fn systemd_units_verify() {
         }
     }
 }
+
+/// Nice value of each thread of process `pid`, by thread name.
+fn thread_nice(pid: i32) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(t.path().join("comm")),
+            std::fs::read_to_string(t.path().join("stat")),
+        ) else {
+            continue;
+        };
+        // Field 19 of stat is the nice value; fields are counted after the "(comm)".
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        if let Some(Ok(n)) = rest.split(' ').nth(16).map(str::parse::<i32>) {
+            out.push((comm.trim().to_string(), n));
+        }
+    }
+    out
+}
+
+/// `apply-nice` sets the nice value of the apply threads and the safe-time publisher, and
+/// of no other thread. (A raised value, which needs no privilege.)
+#[test]
+fn apply_nice_sets_the_apply_and_safe_time_threads_only() {
+    let own = thread_nice(std::process::id() as i32)
+        .first()
+        .map(|(_, n)| *n)
+        .unwrap();
+    if own >= 19 {
+        eprintln!("skipped: this test already runs at nice {own}, nothing can be raised");
+        return;
+    }
+    let want = 19;
+    let dir = tempfile::tempdir().unwrap();
+    let c = Cluster::with(
+        dir.path(),
+        "batch",
+        &format!("apply-nice = {want}\napply-threads = 2\n"),
+        "",
+    );
+    let mut a = c.start_applier();
+    let pid = a.pid();
+    let critical = |name: &str| name.starts_with("apply-") || name == "safe-time";
+    wait_for(
+        "both apply threads and the safe-time thread at the configured nice value",
+        Duration::from_secs(30),
+        || {
+            let t = thread_nice(pid);
+            t.iter().filter(|(n, v)| critical(n) && *v == want).count() == 3
+        },
+    );
+    let t = thread_nice(pid);
+    let others: Vec<_> = t.iter().filter(|(n, _)| !critical(n)).collect();
+    assert!(!others.is_empty(), "{t:?}");
+    for (name, nice) in others {
+        assert_eq!(*nice, own, "thread {name} changed: {t:?}");
+    }
+    assert!(a.terminate(Duration::from_secs(20)));
+}

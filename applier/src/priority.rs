@@ -1,0 +1,73 @@
+//! Scheduling priority of the stages consistent reads wait on (`apply-nice`).
+//!
+//! The safe time readers see is the minimum over tablets of what the apply threads have
+//! applied, published by the safe-time thread. When those threads share CPUs with other
+//! work (the intake, fjall's flushes and compactions, reads, or other processes on the
+//! host), every preemption of them is added to the lag of every tablet they serve. A nice
+//! value below the rest of the process gives them a larger share of a busy CPU.
+//!
+//! On Linux the nice value is a per-thread attribute: `setpriority(PRIO_PROCESS, 0, n)`
+//! sets the calling thread's only.
+
+/// Sets the calling thread's nice value. A value below the current one needs
+/// `CAP_SYS_NICE` or an `RLIMIT_NICE` that allows it (systemd: `LimitNICE=`).
+pub fn set_current_thread_nice(nice: i32) -> std::io::Result<()> {
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// [`set_current_thread_nice`] for a thread of `stage`, at start: logs (and otherwise
+/// ignores) a refusal, so that a missing permission costs latency, not the daemon. `0`
+/// leaves the thread at the process's nice value.
+pub fn apply_stage_nice(stage: &str, nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    match set_current_thread_nice(nice) {
+        Ok(()) => tracing::debug!(stage, nice, "thread nice value set"),
+        Err(e) => tracing::warn!(
+            stage,
+            nice,
+            error = %e,
+            "cannot set the thread's nice value (apply-nice): below the process's it needs \
+             CAP_SYS_NICE or a LimitNICE= that allows it; running at the process's nice value"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn own_nice() -> i32 {
+        // /proc/thread-self/stat: field 19 is the nice value (after the parenthesized comm).
+        let s = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        let rest = &s[s.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    /// Raising the nice value (always allowed) changes the calling thread only.
+    #[test]
+    fn nice_is_set_per_thread() {
+        let before = own_nice();
+        let got = std::thread::spawn(|| {
+            set_current_thread_nice(own_nice() + 3).unwrap();
+            own_nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, before + 3);
+        assert_eq!(
+            own_nice(),
+            before,
+            "the spawning thread kept its nice value"
+        );
+    }
+}
