@@ -9,6 +9,18 @@
 //! On Linux the nice value is a per-thread attribute: `setpriority(PRIO_PROCESS, 0, n)`
 //! sets the calling thread's only.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Threads [`apply_stage_nice`] set, and threads whose value was refused, since start.
+static SET: AtomicUsize = AtomicUsize::new(0);
+static REFUSED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many threads got a non-zero nice value from [`apply_stage_nice`], and for how many
+/// it was refused (`/v1/status` `apply_nice`).
+pub fn stage_nice_counts() -> (usize, usize) {
+    (SET.load(Ordering::Relaxed), REFUSED.load(Ordering::Relaxed))
+}
+
 /// Sets the calling thread's nice value. A value below the current one needs
 /// `CAP_SYS_NICE` or an `RLIMIT_NICE` that allows it (systemd: `LimitNICE=`).
 pub fn set_current_thread_nice(nice: i32) -> std::io::Result<()> {
@@ -29,14 +41,20 @@ pub fn apply_stage_nice(stage: &str, nice: i32) {
         return;
     }
     match set_current_thread_nice(nice) {
-        Ok(()) => tracing::debug!(stage, nice, "thread nice value set"),
-        Err(e) => tracing::warn!(
+        Ok(()) => {
+            SET.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(stage, nice, "thread nice value set")
+        }
+        Err(e) => {
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
             stage,
             nice,
             error = %e,
             "cannot set the thread's nice value (apply-nice): below the process's it needs \
              CAP_SYS_NICE or a LimitNICE= that allows it; running at the process's nice value"
-        ),
+            )
+        }
     }
 }
 

@@ -166,6 +166,8 @@ pub struct ApplierState {
     /// Pre-loading the look-up indexes into the block cache ([`WarmState`]).
     pub lookup_cache: Arc<std::sync::atomic::AtomicU8>,
     pub cache_size: u64,
+    /// `apply-nice` as configured.
+    pub apply_nice: i32,
 }
 
 /// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
@@ -272,6 +274,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         cleanup: Arc::new(Mutex::new(None)),
         lookup_cache: Arc::new(std::sync::atomic::AtomicU8::new(WarmState::Empty as u8)),
         cache_size: cfg.cache_size,
+        apply_nice: cfg.apply_nice,
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -453,8 +456,16 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
             "index_bytes": s.store.lookup_index_bytes(),
             "cache_size": s.cache_size,
         },
+        "apply_nice": apply_nice_json(s.apply_nice),
         "tablets": rows,
     })))
+}
+
+/// `apply-nice` and whether the threads got it: `set` and `refused` count the apply and
+/// safe-time threads (a refusal is also logged).
+fn apply_nice_json(configured: i32) -> Value {
+    let (set, refused) = tidelog_applier::priority::stage_nice_counts();
+    json!({"configured": configured, "set_threads": set, "refused_threads": refused})
 }
 
 #[derive(Debug, Deserialize)]

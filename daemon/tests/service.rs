@@ -529,5 +529,11 @@ fn apply_nice_sets_the_apply_and_safe_time_threads_only() {
     for (name, nice) in others {
         assert_eq!(*nice, own, "thread {name} changed: {t:?}");
     }
+    // Operators see it in the status: configured, and the threads that got it.
+    let (code, st) = api(&c.applier_sock, "GET", "/v1/status").unwrap();
+    assert_eq!(code, 200, "{st}");
+    assert_eq!(st["apply_nice"]["configured"], want, "{st}");
+    assert_eq!(st["apply_nice"]["set_threads"], 3, "{st}");
+    assert_eq!(st["apply_nice"]["refused_threads"], 0, "{st}");
     assert!(a.terminate(Duration::from_secs(20)));
 }
