@@ -48,11 +48,12 @@ pub fn apply_stage_nice(stage: &str, nice: i32) {
         Err(e) => {
             REFUSED.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-            stage,
-            nice,
-            error = %e,
-            "cannot set the thread's nice value (apply-nice): below the process's it needs \
-             CAP_SYS_NICE or a LimitNICE= that allows it; running at the process's nice value"
+                stage,
+                nice,
+                error = %e,
+                "cannot set the thread's nice value (apply-nice): below the process's it \
+                 needs CAP_SYS_NICE or a LimitNICE= that allows it; running at the process's \
+                 nice value"
             )
         }
     }
