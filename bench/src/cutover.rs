@@ -195,7 +195,7 @@ fn ht_of(v: &Value, field: &str) -> Result<u64> {
 }
 
 fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<Run> {
-    let c = tidelog::demo::LocalCluster::write(dir, TABLETS, "1h", "bench-source")?;
+    let c = tidelog::demo::LocalCluster::write(dir, TABLETS, "1h", "bench-source", "")?;
     let t0 = Instant::now();
     let (cut, commits, probe) = build(&dir.join("applier"), versions, args)?;
     let build_s = t0.elapsed().as_secs_f64();

@@ -467,16 +467,11 @@ fn loadavg() -> String {
 
 fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -> Result<Step> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source")?;
-    if args.apply_nice != 0 {
-        let toml = std::fs::read_to_string(&c.applier_cfg)?;
-        let toml = toml.replacen(
-            "[tls]",
-            &format!("apply-nice = {}\n[tls]", args.apply_nice),
-            1,
-        );
-        std::fs::write(&c.applier_cfg, toml)?;
-    }
+    let extra = match args.apply_nice {
+        0 => String::new(),
+        n => format!("apply-nice = {n}\n"),
+    };
+    let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;

@@ -129,7 +129,12 @@ fn quantile(cumulative: &[(f64, u64)], q: f64) -> Option<f64> {
 
 /// `received p50 ≈ 2.1 p90 ≈ 4.0 p99 ≈ 9.5 ms (1,234); applied …`.
 pub fn describe(stages: &[StageLag]) -> String {
-    let ms = |v: Option<f64>| v.map_or(">10 s".to_string(), |v| format!("{v:.1}"));
+    // `None`: above the last finite bucket the applier exports.
+    let top = tidelog_applier::latency::BUCKETS_SECONDS
+        .last()
+        .copied()
+        .unwrap_or(0.0);
+    let ms = |v: Option<f64>| v.map_or(format!(">{top} s"), |v| format!("{v:.1}"));
     stages
         .iter()
         .map(|s| {

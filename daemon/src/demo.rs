@@ -196,11 +196,14 @@ pub struct LocalCluster {
 }
 
 impl LocalCluster {
+    /// `applier_extra`: more top-level applier keys, one `key = value` per line (each ending
+    /// in a newline), e.g. `apply-nice = -10\n`; empty for none.
     pub fn write(
         dir: &Path,
         tablets: usize,
         max_staleness: &str,
         shipper_id: &str,
+        applier_extra: &str,
     ) -> Result<LocalCluster> {
         let tls = dir.join("tls");
         certs::init(&tls, &[], false)?;
@@ -219,7 +222,7 @@ impl LocalCluster {
         std::fs::write(
             &c.applier_cfg,
             format!(
-                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"{max_staleness}\"\nexpect-tablets = [{}]\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
+                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"{max_staleness}\"\nexpect-tablets = [{}]\n{applier_extra}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
                 dir.join("applier").display(), c.applier_sock.display(), ids.join(", "),
                 p("ca.pem"), p("applier.pem"), p("applier.key")
             ),
@@ -444,7 +447,7 @@ fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt) -> Result<()> {
         }
     );
     println!("  directory {}", dir.display());
-    let cluster = LocalCluster::write(dir, args.tablets, "1m", "demo-source")?;
+    let cluster = LocalCluster::write(dir, args.tablets, "1m", "demo-source", "")?;
     let (applier_cfg, shipper_cfg, asock, wal, port) = (
         cluster.applier_cfg,
         cluster.shipper_cfg,

@@ -109,16 +109,20 @@ impl Exposition {
     fn histogram_series(&mut self, name: &str, label: Option<(&str, &str)>, h: &HistogramSnapshot) {
         let bucket = format!("{name}_bucket");
         let base: Vec<(&str, &str)> = label.into_iter().collect();
-        let les = BUCKETS_SECONDS.iter().map(f64::to_string);
-        for (i, le) in les.chain(["+Inf".to_string()]).enumerate() {
-            let n = match BUCKETS_SECONDS.get(i) {
-                Some(_) => h.cumulative.get(i).copied().unwrap_or(0),
-                None => h.count,
-            };
-            let mut labels = base.clone();
-            labels.push(("le", &le));
-            self.sample(&bucket, &labels, n);
+        for (i, le) in BUCKETS_SECONDS.iter().enumerate() {
+            let le = le.to_string();
+            let n = h.cumulative.get(i).copied().unwrap_or(0);
+            self.sample(
+                &bucket,
+                &[base.as_slice(), &[("le", le.as_str())]].concat(),
+                n,
+            );
         }
+        self.sample(
+            &bucket,
+            &[base.as_slice(), &[("le", "+Inf")]].concat(),
+            h.count,
+        );
         let sum = h.sum_micros as f64 / 1_000_000.0;
         self.sample(&format!("{name}_sum"), &base, sum);
         self.sample(&format!("{name}_count"), &base, h.count);
