@@ -538,12 +538,14 @@ impl Binlog {
 
     /// The distributed transactions committed above `after`, in commit order: the ones a
     /// restart may still have to apply somewhere (see `Store::pending_txns`).
-    pub(crate) fn distributed_above(&self, after: HybridTime) -> Result<Vec<TxnId>> {
+    pub(crate) fn distributed_above(&self, after: HybridTime) -> Result<Vec<(TxnId, BinlogEntry)>> {
         let mut out = Vec::new();
         for g in self.binlog.range(after.next().0.to_be_bytes().to_vec()..) {
             let (k, v) = g.into_inner().map_err(Error::store("read binlog"))?;
             let e = decode_stored(&k, &v)?;
-            out.extend(e.txn);
+            if let Some(t) = e.txn {
+                out.push((t, e));
+            }
         }
         Ok(out)
     }

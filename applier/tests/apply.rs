@@ -206,7 +206,7 @@ fn check(s: &Store, recs: &[Record], pos: &[WalPos], end: WalPos) {
     // Intents are not copied into mvcc.
     assert_eq!(s.get(&key(99), None).unwrap(), None);
     for (txn, (intents, commit, aborted)) in &m.txns {
-        let st = s.txn(txn).unwrap().expect("txn in store");
+        let st = s.txn_state(txn).unwrap().expect("txn in store");
         let got = st.intents.get(&tablet()).cloned().unwrap_or_default();
         assert_eq!(&got, intents, "intents of {txn}");
         assert_eq!(st.commit.map(|c| c.commit_ht), *commit, "commit of {txn}");

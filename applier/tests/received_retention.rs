@@ -437,3 +437,108 @@ fn a_part_applied_before_a_restart_is_not_read_again_from_a_released_log() {
     assert_eq!(get(b"kb"), Some(Some(b"vb".to_vec())));
     target.stop();
 }
+
+/// `txn`'s commit with `participants` under trx id `trx`.
+fn trx_commit(ht: u64, txn: TxnId, participants: &[&str], trx: TrxId) -> Record {
+    rec(
+        ht,
+        Body::Commit {
+            txn,
+            participants: participants.iter().map(|p| t(p)).collect(),
+            trx_id: Some(trx),
+            gtid: None,
+        },
+    )
+}
+
+/// A transaction committed under the trx id that all its intents carry has no `txns`
+/// record: after a restart before its parts are applied, its commit comes back from the
+/// binlog and its intents (one of them applied only after the commit) from the received
+/// logs, and both parts are applied with them.
+#[test]
+fn a_pending_commit_without_a_record_is_rebuilt_from_the_binlog() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let (mut wa, mut wb, mut ws) = (
+        writer(&received, "a"),
+        writer(&received, "b"),
+        writer(&received, "s"),
+    );
+    let (x, trx) = (TxnId::from_u128(7), TrxId::new(5, 1));
+    let target = Target::start(dir.path(), &["a", "b", "s"]);
+    append(&mut wa, vec![trx_intent(10, 7, trx, "ka")]);
+    target.wait_applied("a", wa.durable_pos());
+    append(&mut ws, vec![trx_commit(30, x, &["a", "b"], trx)]);
+    target.wait_applied("s", ws.durable_pos());
+    append(&mut wb, vec![trx_intent(20, 7, trx, "kb")]);
+    target.wait_applied("b", wb.durable_pos());
+    assert_eq!(
+        target.store.txn(&x).unwrap(),
+        None,
+        "a commit the trx index leads back to was written to txns: this test would not test the rebuild"
+    );
+    target.stop();
+
+    let target = Target::start(dir.path(), &["a", "b", "s"]);
+    assert_eq!(
+        (
+            target.store.rebuilt().pending,
+            target.store.rebuilt().undecided
+        ),
+        (1, 0),
+        "{:?}",
+        target.store.rebuilt()
+    );
+    for w in [&mut wa, &mut wb, &mut ws] {
+        append(w, vec![rec(40, Body::Heartbeat)]);
+    }
+    assert!(
+        target
+            .consistency
+            .wait_for(HybridTime(30), std::time::Instant::now() + DEADLINE),
+        "x never applied: {:?}",
+        target.workers.iter().map(|w| w.error()).collect::<Vec<_>>()
+    );
+    let get = |k: &[u8]| target.store.get(k, None).unwrap().map(|v| (v.value, v.ht));
+    assert_eq!(get(b"ka"), Some((Some(b"v".to_vec()), HybridTime(30))));
+    assert_eq!(
+        get(b"kb"),
+        Some((Some(b"v".to_vec()), HybridTime(30))),
+        "b's part lost its late intent"
+    );
+    target.stop();
+}
+
+/// A transaction without a `txns` record, committed and applied everywhere below the
+/// persisted safe time while its intents are still retained: after a restart it is neither
+/// rebuilt as undecided (which would hold the release at its intent for ever) nor as
+/// pending, and the release passes it.
+#[test]
+fn a_resolved_commit_without_a_record_is_not_rebuilt_as_undecided() {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let (mut wa, mut ws) = (writer(&received, "a"), writer(&received, "s"));
+    let (x, trx) = (TxnId::from_u128(8), TrxId::new(5, 2));
+    let target = Target::start(dir.path(), &["a", "s"]);
+    append(&mut wa, vec![trx_intent(10, 8, trx, "ka")]);
+    append(&mut ws, vec![trx_commit(30, x, &["a"], trx)]);
+    append(&mut wa, vec![rec(40, Body::Heartbeat)]);
+    append(&mut ws, vec![rec(40, Body::Heartbeat)]);
+    assert!(target
+        .consistency
+        .wait_for(HybridTime(40), std::time::Instant::now() + DEADLINE));
+    assert_eq!(target.store.txn(&x).unwrap(), None);
+    target.stop();
+
+    let target = Target::start(dir.path(), &["a", "s"]);
+    let r = target.store.rebuilt();
+    assert!(
+        r.records > 0,
+        "nothing read back: the intent was not retained ({r:?})"
+    );
+    assert_eq!((r.undecided, r.pending), (0, 0), "{r:?}");
+    let mut rel = Releaser::new(target.store.clone(), &received);
+    rel.round().unwrap();
+    assert_eq!(released(&received, "a"), wa.durable_pos());
+    target.stop();
+}

@@ -126,6 +126,9 @@ pub struct E2eArgs {
     /// (0: the process's). Below 0 needs root or CAP_SYS_NICE here.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     apply_nice: i32,
+    /// The applier's `apply-threads` (0: its default, half the cores).
+    #[arg(long, default_value_t = 0)]
+    apply_threads: usize,
 }
 
 // ---- child processes ----
@@ -467,10 +470,13 @@ fn loadavg() -> String {
 
 fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -> Result<Step> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let extra = match args.apply_nice {
+    let mut extra = match args.apply_nice {
         0 => String::new(),
         n => format!("apply-nice = {n}\n"),
     };
+    if args.apply_threads > 0 {
+        extra.push_str(&format!("apply-threads = {}\n", args.apply_threads));
+    }
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
