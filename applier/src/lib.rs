@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod binlog;
+mod bloom;
 pub mod consistency;
 pub mod core;
 pub mod cutover;

@@ -31,6 +31,7 @@ use tidelog_wal::{
 };
 
 use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
+use crate::bloom::IdFilter;
 use crate::error::{Error, Result};
 use crate::history::HistoryFactory;
 use crate::keys;
@@ -213,6 +214,12 @@ pub struct Store {
     mvcc: Keyspace,
     txns: Keyspace,
     aborted: Keyspace,
+    /// Every txn id in `aborted` (or in a batch about to write it there), and rarely one
+    /// that is not: a new transaction's first intent is told from a late intent of an
+    /// aborted one without searching the keyspace (that search was 9 % of the apply
+    /// thread at the maximum rate, BENCHMARKS.md). Rebuilt at open. Taken only under the
+    /// write lock.
+    aborted_filter: Mutex<IdFilter>,
     meta: Keyspace,
     bl: Binlog,
     /// The cutover's cut (0: none). Every read is capped at it.
@@ -432,6 +439,17 @@ impl Store {
                     .index_block_pinning_policy(PinningPolicy::all(true))
             })
             .map_err(Error::store("open keyspace"))?;
+        let mut aborted_filter = IdFilter::default();
+        for g in aborted.iter() {
+            aborted_filter.insert(&g.key().map_err(Error::store("read aborted"))?);
+        }
+        if !aborted_filter.is_empty() {
+            tracing::info!(
+                aborted = aborted_filter.len(),
+                filter_bytes = aborted_filter.memory(),
+                "filter of aborted transactions built"
+            );
+        }
         let bl = Binlog {
             binlog: ks(binlog::BINLOG)?,
             trx: pinned(binlog::TRX)?,
@@ -445,6 +463,7 @@ impl Store {
             mvcc,
             txns,
             aborted,
+            aborted_filter: Mutex::new(aborted_filter),
             meta,
             bl,
             cut: std::sync::atomic::AtomicU64::new(0),
@@ -1449,6 +1468,11 @@ impl Store {
                 batch.insert(&self.txns, txn.0.to_vec(), encode_txn(st)?);
                 if st.aborted {
                     batch.insert(&self.aborted, txn.0.to_vec(), Vec::new());
+                    // Before the commit: the filter may say yes too early, never no.
+                    self.aborted_filter
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(&txn.0);
                 }
             }
         }
@@ -1872,10 +1896,16 @@ impl Store {
         if let Some(st) = self.in_flight().get(txn) {
             return Ok(Some(st.clone()));
         }
-        if !self
-            .aborted
-            .contains_key(txn.0)
-            .map_err(Error::store("read aborted"))?
+        let maybe_aborted = self
+            .aborted_filter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .may_contain(&txn.0);
+        if !maybe_aborted
+            || !self
+                .aborted
+                .contains_key(txn.0)
+                .map_err(Error::store("read aborted"))?
         {
             return Ok(None);
         }
@@ -2863,6 +2893,46 @@ mod tests {
             "kept once the floor passed its intents"
         );
         assert!(s.bl.trx_open(id).unwrap().is_none());
+    }
+
+    /// A late intent of a transaction aborted before a reopen (and of one aborted after it)
+    /// is recognised as the aborted transaction's, not taken for a new undecided one: the
+    /// filter in front of the `aborted` keyspace is rebuilt at open and fed by every abort.
+    #[test]
+    fn a_late_intent_after_an_abort_is_recognised_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, st) = (t("a"), t("b"), t("status"));
+        let (x, y) = (TxnId::from_u128(1), TxnId::from_u128(2));
+        let (ix, iy) = (TrxId::new(9, 1), TrxId::new(9, 2));
+        {
+            let s = Store::open(dir.path()).unwrap();
+            let (ra, enda) = place(0, vec![intent(5, x, Some(ix), vec![])]);
+            s.apply(&a, &ra, enda, Durability::Sync).unwrap();
+            let (rs, ends) = place(0, vec![abort(10, x, Some(ix))]);
+            s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        }
+        let s = Store::open(dir.path()).unwrap();
+        let from = s.tablet(&st).unwrap().unwrap().applied_pos.0;
+        let (rs, ends) = place(from, vec![abort(11, y, Some(iy))]);
+        s.apply(&st, &rs, ends, Durability::Sync).unwrap();
+        let (rb, endb) = place(
+            0,
+            vec![
+                intent(15, x, Some(ix), vec![]),
+                intent(16, y, Some(iy), vec![]),
+            ],
+        );
+        s.apply(&b, &rb, endb, Durability::Sync).unwrap();
+        for txn in [x, y] {
+            let st = s.txn_state(&txn).unwrap().unwrap();
+            assert!(
+                st.aborted && st.intents.contains_key(&b),
+                "{txn}: late intent taken for a new transaction: {st:?}"
+            );
+        }
+        // Neither is held as undecided: b's release is not kept at the late intents.
+        let floors = s.retention_floors().unwrap().unwrap();
+        assert_eq!(floors[&b].intent, None, "{floors:?}");
     }
 
     /// Expiring an aborted attempt of a trx id whose retry (same trx id, newer) is

@@ -900,11 +900,15 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, apply-threads {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
         args.apply_nice,
+        match args.apply_threads {
+            0 => "default".to_string(),
+            n => n.to_string(),
+        },
         fmt_ns(fsync.p50_ns),
         fmt_ns(fsync.p99_ns),
         loadavg()
