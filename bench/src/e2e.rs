@@ -126,7 +126,7 @@ pub struct E2eArgs {
     /// (0: the process's). Below 0 needs root or CAP_SYS_NICE here.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     apply_nice: i32,
-    /// The applier's `apply-threads` (0: its default, half the cores).
+    /// The applier's `apply-threads` (0: its default, half the cores, at least two).
     #[arg(long, default_value_t = 0)]
     apply_threads: usize,
 }

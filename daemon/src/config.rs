@@ -56,7 +56,7 @@ pub struct ApplierConfig {
     #[serde(deserialize_with = "de_size")]
     pub cache_size: u64,
     /// Threads applying the received logs; tablets are spread over them, each thread taking
-    /// its tablets in turn. 0 = half the cores, at least one. Default `0`.
+    /// its tablets in turn. 0 = half the cores, at least two. Default `0`.
     pub apply_threads: usize,
     /// Nice value (-20..=19) of the apply threads and the safe-time publisher, the stages
     /// consistent reads wait on; 0 = the process's. Below the process's own it needs
@@ -373,7 +373,7 @@ impl ApplierConfig {
         }
         if self.apply_threads > MAX_APPLY_THREADS {
             bail!(
-                "key \"apply-threads\": {} is above the maximum {MAX_APPLY_THREADS} (0 = half the cores)",
+                "key \"apply-threads\": {} is above the maximum {MAX_APPLY_THREADS} (0 = half the cores, at least two)",
                 self.apply_threads
             );
         }
@@ -387,7 +387,7 @@ impl ApplierConfig {
     }
 
     /// The number of apply threads to run: `apply-threads`, or half the cores (at least
-    /// one) when it is 0 — the other half is left to the intake, QUIC and the admin API.
+    /// two) when it is 0 — the other half is left to the intake, QUIC and the admin API.
     pub fn effective_apply_threads(&self) -> usize {
         if self.apply_threads > 0 {
             self.apply_threads
