@@ -289,6 +289,16 @@ pub struct Rebuilt {
     pub restored: usize,
 }
 
+/// One transaction's intents read back from one tablet's received log while rebuilding.
+#[derive(Default)]
+struct ScannedTxn {
+    intents: Vec<IntentRef>,
+    /// The trx id they carry.
+    trx_id: Option<TrxId>,
+    /// One of them carries none, or another one (see [`TxnState::untraceable`]).
+    untraceable: bool,
+}
+
 /// Transactions classified at once while rebuilding (memory bounded by the chunk; a
 /// transaction spanning chunks is classified twice, harmlessly).
 const REBUILD_CHUNK: usize = 65_536;
@@ -1683,7 +1693,7 @@ impl Store {
                 continue;
             }
             r.seek(start).map_err(wal)?;
-            let mut chunk: HashMap<TxnId, (Vec<IntentRef>, Option<TrxId>)> = HashMap::new();
+            let mut chunk: HashMap<TxnId, ScannedTxn> = HashMap::new();
             loop {
                 let rec = r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos);
                 let done = rec.is_none();
@@ -1691,8 +1701,11 @@ impl Store {
                     out.records += 1;
                     if let Body::Intent { txn, trx_id, .. } = rec.body {
                         let e = chunk.entry(txn).or_default();
-                        e.0.push(IntentRef { pos, ht: rec.ht });
-                        e.1 = trx_id.or(e.1);
+                        e.intents.push(IntentRef { pos, ht: rec.ht });
+                        if trx_id.is_none() || e.trx_id.is_some_and(|t| Some(t) != trx_id) {
+                            e.untraceable = true;
+                        }
+                        e.trx_id = trx_id.or(e.trx_id);
                     }
                 }
                 if done || chunk.len() >= REBUILD_CHUNK {
@@ -1735,12 +1748,17 @@ impl Store {
     fn rebuild_chunk(
         &self,
         tablet: &TabletId,
-        chunk: impl Iterator<Item = (TxnId, (Vec<IntentRef>, Option<TrxId>))>,
+        chunk: impl Iterator<Item = (TxnId, ScannedTxn)>,
         ops: &mut Vec<OpenOp>,
         out: &mut Rebuilt,
     ) -> Result<()> {
         let mut g = self.lock();
-        for (txn, (intents, trx_id)) in chunk {
+        for (txn, scanned) in chunk {
+            let ScannedTxn {
+                intents,
+                trx_id,
+                untraceable,
+            } = scanned;
             let st = match g.remove(&txn) {
                 Some(st) => st,
                 None => match self.txn(&txn)? {
@@ -1779,6 +1797,11 @@ impl Store {
                 if let Err(i) = list.binary_search(&ir) {
                     list.insert(i, ir);
                 }
+            }
+            // Restored with the intents read back (it is kept in memory only): a commit
+            // after this restart is then recorded in `txns`.
+            if untraceable || st.trx_id.is_some_and(|t| trx_id.is_some_and(|u| u != t)) {
+                st.untraceable = true;
             }
             st.trx_id = st.trx_id.or(trx_id);
             if let (Some(id), None, false, None, Some(first)) =
