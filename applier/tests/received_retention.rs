@@ -34,6 +34,14 @@ fn writer(root: &Path, tab: &str) -> Writer {
     .unwrap()
 }
 
+/// A fresh target directory and a writer for each of `tablets`' received logs in it.
+fn source_logs<const N: usize>(tablets: [&str; N]) -> (tempfile::TempDir, [Writer; N]) {
+    let dir = tempfile::tempdir().unwrap();
+    let received = dir.path().join("received");
+    let writers = tablets.map(|t| writer(&received, t));
+    (dir, writers)
+}
+
 /// Appends and durably commits `recs`; returns each record's position.
 fn append(w: &mut Writer, recs: Vec<Record>) -> Vec<WalPos> {
     let pos = recs.into_iter().map(|r| w.append(&r).unwrap()).collect();
@@ -408,13 +416,7 @@ fn trx_commit(ht: u64, txn: TxnId, participants: &[&str], trx: TrxId) -> Record 
 /// commit) nothing of the transaction is in `txns` and the commit comes from the binlog;
 /// without, the `txns` record written at the commit holds it, without b's late intent.
 fn a_late_intent_of_a_pending_transaction_is_rebuilt(trx: Option<TrxId>) {
-    let dir = tempfile::tempdir().unwrap();
-    let received = dir.path().join("received");
-    let (mut wa, mut wb, mut ws) = (
-        writer(&received, "a"),
-        writer(&received, "b"),
-        writer(&received, "s"),
-    );
+    let (dir, [mut wa, mut wb, mut ws]) = source_logs(["a", "b", "s"]);
     let x = TxnId::from_u128(7);
     let intent = |ht, key| match trx {
         Some(id) => trx_intent(ht, 7, id, key),
@@ -513,13 +515,7 @@ fn a_resolved_commit_without_a_record_is_not_rebuilt_as_undecided() {
 /// read back with the intents when the store reopens before the transaction commits.
 #[test]
 fn an_intent_without_a_trx_id_read_back_at_a_restart_gets_the_commit_recorded() {
-    let dir = tempfile::tempdir().unwrap();
-    let received = dir.path().join("received");
-    let (mut wa, mut wb, mut ws) = (
-        writer(&received, "a"),
-        writer(&received, "b"),
-        writer(&received, "s"),
-    );
+    let (dir, [mut wa, mut wb, mut ws]) = source_logs(["a", "b", "s"]);
     let (x, trx) = (TxnId::from_u128(9), TrxId::new(5, 3));
     append(&mut wa, vec![intent(10, 9, "ka", "v")]);
     append(&mut wb, vec![trx_intent(11, 9, trx, "kb")]);
