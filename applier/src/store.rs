@@ -1317,7 +1317,7 @@ impl Store {
                     if let Err(i) = list.binary_search(&r) {
                         list.insert(i, r);
                     }
-                    if trx_id.is_none() || st.trx_id.is_some_and(|t| Some(t) != *trx_id) {
+                    if untraceable_intent(st.trx_id, *trx_id) {
                         // Committed already without a `txns` record: write one now.
                         if !st.untraceable && st.commit.is_some() {
                             late_records.push(*txn);
@@ -1702,7 +1702,7 @@ impl Store {
                     if let Body::Intent { txn, trx_id, .. } = rec.body {
                         let e = chunk.entry(txn).or_default();
                         e.intents.push(IntentRef { pos, ht: rec.ht });
-                        if trx_id.is_none() || e.trx_id.is_some_and(|t| Some(t) != trx_id) {
+                        if untraceable_intent(e.trx_id, trx_id) {
                             e.untraceable = true;
                         }
                         e.trx_id = trx_id.or(e.trx_id);
@@ -1872,15 +1872,22 @@ impl Store {
         let g = self.cache_lock();
         for (txn, e) in self.bl.distributed_above(self.pending_floor())? {
             let st = match g.get(&txn) {
-                Some(st) => st.clone(),
-                None => match self.txn(&txn)? {
-                    Some(st) => st,
-                    None => committed_from_binlog(&e),
-                },
+                Some(st) => Some(st.clone()),
+                None => self.committed_state(&txn, &e)?,
             };
-            out.push((txn, st));
+            out.extend(st.map(|st| (txn, st)));
         }
         Ok(out)
+    }
+
+    /// The state of `txn`, committed by binlog entry `e`: its `txns` record when it has one
+    /// with the commit, else what the entry says; `None` when the record says it aborted.
+    fn committed_state(&self, txn: &TxnId, e: &BinlogEntry) -> Result<Option<TxnState>> {
+        Ok(match self.txn(txn)? {
+            Some(st) if st.aborted => None,
+            Some(st) if st.commit.is_some() => Some(st),
+            _ => Some(committed_from_binlog(e)),
+        })
     }
 
     /// Puts every committed transaction that may still be pending (the distributed commits
@@ -1897,13 +1904,10 @@ impl Store {
             if g.contains_key(&txn) {
                 continue;
             }
-            let st = match self.txn(&txn)? {
-                Some(st) if st.aborted => continue,
-                Some(st) if st.commit.is_some() => st,
-                _ => committed_from_binlog(&e),
-            };
-            g.insert(txn, st);
-            n += 1;
+            if let Some(st) = self.committed_state(&txn, &e)? {
+                g.insert(txn, st);
+                n += 1;
+            }
         }
         Ok(n)
     }
@@ -2281,11 +2285,15 @@ const TX_GTID: u8 = 8;
 const TX_APPLIED_PARTS: u8 = 16;
 const TX_OPEN: u8 = 32;
 
-/// A transaction nothing will change any more: aborted, or committed and applied on every
-/// participant.
 /// The state of a committed transaction known only from its binlog entry: no intents yet
 /// (the received logs add them), no part applied (applying one again is idempotent), and
 /// the position of its commit record unknown (0).
+/// An intent carrying `carried` leaves transaction `known` untraceable through the `trx`
+/// index (see [`TxnState::untraceable`]): it carries no trx id, or another one.
+fn untraceable_intent(known: Option<TrxId>, carried: Option<TrxId>) -> bool {
+    carried.is_none() || known.is_some_and(|k| Some(k) != carried)
+}
+
 fn committed_from_binlog(e: &BinlogEntry) -> TxnState {
     TxnState {
         commit: Some(CommitInfo {
@@ -2300,6 +2308,8 @@ fn committed_from_binlog(e: &BinlogEntry) -> TxnState {
     }
 }
 
+/// A transaction nothing will change any more: aborted, or committed and applied on every
+/// participant.
 fn resolved(st: &TxnState) -> bool {
     st.aborted
         || st
