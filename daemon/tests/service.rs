@@ -529,8 +529,18 @@ fn apply_nice_sets_the_apply_and_safe_time_threads_only() {
     for (name, nice) in others {
         assert_eq!(*nice, own, "thread {name} changed: {t:?}");
     }
-    // Operators see it in the status: configured, and the threads that got it.
-    let (code, st) = api(&c.applier_sock, "GET", "/v1/status").unwrap();
+    // Operators see it in the status: configured, and the threads that got it. The threads
+    // are set before the admin socket listens, so wait for it to answer.
+    let mut answer = None;
+    wait_for(
+        "the applier's admin socket",
+        Duration::from_secs(30),
+        || {
+            answer = api(&c.applier_sock, "GET", "/v1/status");
+            answer.is_some()
+        },
+    );
+    let (code, st) = answer.unwrap();
     assert_eq!(code, 200, "{st}");
     assert_eq!(st["apply_nice"]["configured"], want, "{st}");
     assert_eq!(st["apply_nice"]["set_threads"], 3, "{st}");
