@@ -1387,7 +1387,8 @@ impl Store {
                     }
                     st.commit = Some(ci);
                     if trx_id.is_some() {
-                        if st.trx_id.is_some_and(|t| Some(t) != *trx_id) {
+                        // Committed under another trx id than its intents carry.
+                        if untraceable_intent(st.trx_id, *trx_id) {
                             st.untraceable = true;
                         }
                         st.trx_id = *trx_id;
@@ -1800,7 +1801,8 @@ impl Store {
             }
             // Restored with the intents read back (it is kept in memory only): a commit
             // after this restart is then recorded in `txns`.
-            if untraceable || st.trx_id.is_some_and(|t| trx_id.is_some_and(|u| u != t)) {
+            // (`trx_id` is `None` only when every intent carried none: `untraceable` then.)
+            if untraceable || untraceable_intent(st.trx_id, trx_id) {
                 st.untraceable = true;
             }
             st.trx_id = st.trx_id.or(trx_id);
@@ -2285,15 +2287,15 @@ const TX_GTID: u8 = 8;
 const TX_APPLIED_PARTS: u8 = 16;
 const TX_OPEN: u8 = 32;
 
-/// The state of a committed transaction known only from its binlog entry: no intents yet
-/// (the received logs add them), no part applied (applying one again is idempotent), and
-/// the position of its commit record unknown (0).
 /// An intent carrying `carried` leaves transaction `known` untraceable through the `trx`
 /// index (see [`TxnState::untraceable`]): it carries no trx id, or another one.
 fn untraceable_intent(known: Option<TrxId>, carried: Option<TrxId>) -> bool {
     carried.is_none() || known.is_some_and(|k| Some(k) != carried)
 }
 
+/// The state of a committed transaction known only from its binlog entry: no intents yet
+/// (the received logs add them), no part applied (applying one again is idempotent), and
+/// the position of its commit record unknown (0).
 fn committed_from_binlog(e: &BinlogEntry) -> TxnState {
     TxnState {
         commit: Some(CommitInfo {
