@@ -59,6 +59,42 @@ pub fn apply_stage_nice(stage: &str, nice: i32) {
     }
 }
 
+/// Sets the nice value of every thread of this process whose name is `comm` — threads a
+/// library starts, such as the store's background workers — and returns how many it set.
+/// Linux: the threads are listed in `/proc/self/task`; one that exits meanwhile is skipped.
+/// An error names the thread it could not set (a value below the process's needs the same
+/// permission as [`set_current_thread_nice`]).
+pub fn set_threads_nice(comm: &str, nice: i32) -> std::io::Result<usize> {
+    let tasks = std::path::Path::new("/proc/self/task");
+    let mut set = 0;
+    for e in std::fs::read_dir(tasks)? {
+        let e = e?;
+        let Ok(name) = std::fs::read_to_string(e.path().join("comm")) else {
+            continue; // exited
+        };
+        if name.trim_end_matches('\n') != comm {
+            continue;
+        }
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<libc::id_t>() else {
+            continue;
+        };
+        // SAFETY: setpriority takes plain integers and touches no memory of ours.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                continue; // exited
+            }
+            return Err(std::io::Error::new(
+                err.kind(),
+                format!("setting nice {nice} on thread {tid} ({comm}): {err}"),
+            ));
+        }
+        set += 1;
+    }
+    Ok(set)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -66,8 +102,12 @@ mod tests {
     use super::*;
 
     fn own_nice() -> i32 {
-        // /proc/thread-self/stat: field 19 is the nice value (after the parenthesized comm).
-        let s = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        nice_of("/proc/thread-self/stat")
+    }
+
+    fn nice_of(stat: &str) -> i32 {
+        // .../stat: field 19 is the nice value (after the parenthesized comm).
+        let s = std::fs::read_to_string(stat).unwrap();
         let rest = &s[s.rfind(')').unwrap() + 2..];
         rest.split(' ').nth(16).unwrap().parse().unwrap()
     }
@@ -93,5 +133,44 @@ mod tests {
             before,
             "the spawning thread kept its nice value"
         );
+    }
+
+    /// Every thread with the name gets the value; threads with other names keep theirs.
+    #[test]
+    fn threads_are_set_by_name() {
+        let before = own_nice();
+        if before >= 19 {
+            eprintln!("skipped: already at nice {before}, nothing can be raised");
+            return;
+        }
+        let want = (before + 2).min(19);
+        let stop = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let spawn = |name: &str| {
+            let (stop, (tx, rx)) = (stop.clone(), std::sync::mpsc::channel());
+            let h = std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || {
+                    tx.send(unsafe { libc::gettid() }).unwrap();
+                    stop.wait();
+                })
+                .unwrap();
+            (rx.recv().unwrap(), h)
+        };
+        let named = [spawn("xnice-worker"), spawn("xnice-worker")];
+        let other = spawn("xnice-other");
+        let n = set_threads_nice("xnice-worker", want).unwrap();
+        for (tid, _) in &named {
+            assert_eq!(nice_of(&format!("/proc/self/task/{tid}/stat")), want);
+        }
+        assert_eq!(n, 2, "exactly the two named threads");
+        assert_eq!(
+            nice_of(&format!("/proc/self/task/{}/stat", other.0)),
+            before
+        );
+        assert_eq!(own_nice(), before);
+        stop.wait();
+        for (_, h) in named.into_iter().chain([other]) {
+            h.join().unwrap();
+        }
     }
 }

@@ -369,10 +369,21 @@ impl fmt::Debug for Store {
     }
 }
 
+/// The name fjall gives its flush and compaction worker threads.
+pub const WORKER_THREAD: &str = "fjall:worker";
+
 /// Scans re-seek instead of stepping once they passed this many invisible versions of one key.
 const RESEEK_AFTER: usize = 8;
 
 impl Store {
+    /// Sets the nice value of the store's background workers (fjall's flushes and
+    /// compactions, threads named [`WORKER_THREAD`]; with one store per process, as the
+    /// daemon has, exactly this store's): the applier's `store-nice`. Returns how many
+    /// threads it set.
+    pub fn set_background_nice(&self, nice: i32) -> std::io::Result<usize> {
+        crate::priority::set_threads_nice(WORKER_THREAD, nice)
+    }
+
     /// Opens (creating if needed) the store under `data_dir/store/` with the default
     /// block cache ([`DEFAULT_CACHE_SIZE`]).
     pub fn open(data_dir: &Path) -> Result<Store> {

@@ -126,6 +126,10 @@ pub struct E2eArgs {
     /// (0: the process's). Below 0 needs root or CAP_SYS_NICE here.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     apply_nice: i32,
+    /// The applier's `store-nice`: nice value of its store's flush and compaction workers
+    /// (0: the process's).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    store_nice: i32,
     /// The applier's `apply-threads` (0: its default, half the cores, at least two).
     #[arg(long, default_value_t = 0)]
     apply_threads: usize,
@@ -474,6 +478,9 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         0 => String::new(),
         n => format!("apply-nice = {n}\n"),
     };
+    if args.store_nice != 0 {
+        extra.push_str(&format!("store-nice = {}\n", args.store_nice));
+    }
     if args.apply_threads > 0 {
         extra.push_str(&format!("apply-threads = {}\n", args.apply_threads));
     }
@@ -900,11 +907,12 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, apply-threads {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
         args.apply_nice,
+        args.store_nice,
         match args.apply_threads {
             0 => "default".to_string(),
             n => n.to_string(),

@@ -168,6 +168,8 @@ pub struct ApplierState {
     pub cache_size: u64,
     /// `apply-nice` as configured.
     pub apply_nice: i32,
+    /// `store-nice` as configured, and how many store workers got it (`Err`: why not).
+    pub store_nice: (i32, Result<usize, String>),
 }
 
 /// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
@@ -209,6 +211,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
             .await
             .context("opening the store")??,
     );
+    let store_nice = (cfg.store_nice, set_store_nice(&store, cfg.store_nice));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
     // a cutover interrupted by a crash is finished first.
     let s1 = store.clone();
@@ -275,6 +278,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         lookup_cache: Arc::new(std::sync::atomic::AtomicU8::new(WarmState::Empty as u8)),
         cache_size: cfg.cache_size,
         apply_nice: cfg.apply_nice,
+        store_nice,
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -457,6 +461,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
             "cache_size": s.cache_size,
         },
         "apply_nice": apply_nice_json(s.apply_nice),
+        "store_nice": store_nice_json(&s.store_nice),
         "tablets": rows,
     })))
 }
@@ -466,6 +471,41 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
 fn apply_nice_json(configured: i32) -> Value {
     let (set, refused) = tidelog_applier::priority::stage_nice_counts();
     json!({"configured": configured, "set_threads": set, "refused_threads": refused})
+}
+
+/// `store-nice` and whether the store's workers got it.
+fn store_nice_json((configured, set): &(i32, Result<usize, String>)) -> Value {
+    match set {
+        Ok(n) => json!({"configured": configured, "set_threads": n}),
+        Err(e) => json!({"configured": configured, "set_threads": 0, "error": e}),
+    }
+}
+
+/// Applies `store-nice` to the store's background workers; a refusal is logged and
+/// otherwise ignored (it costs throughput, not the daemon), as `apply-nice`.
+fn set_store_nice(store: &Store, nice: i32) -> Result<usize, String> {
+    if nice == 0 {
+        return Ok(0);
+    }
+    match store.set_background_nice(nice) {
+        Ok(n) => {
+            tracing::info!(
+                nice,
+                threads = n,
+                "store workers' nice value set (store-nice)"
+            );
+            Ok(n)
+        }
+        Err(e) => {
+            tracing::warn!(
+                nice,
+                error = %e,
+                "cannot set the store workers' nice value (store-nice): below the process's it \
+                 needs CAP_SYS_NICE or a LimitNICE= that allows it"
+            );
+            Err(e.to_string())
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

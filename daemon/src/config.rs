@@ -63,6 +63,11 @@ pub struct ApplierConfig {
     /// `CAP_SYS_NICE` or a `LimitNICE=` that allows it; refused, it is logged and the
     /// threads run at the process's value. Default `0`.
     pub apply_nice: i32,
+    /// Nice value (-20..=19) of the store's background workers (memtable flushes and
+    /// compactions); 0 = the process's. A positive value lets the intake (durable receipt,
+    /// the RPO) and the apply threads have a busy CPU first; compaction then runs in the
+    /// gaps, and the store's own write stalls bound the debt. Default `0`.
+    pub store_nice: i32,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
     /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
     #[serde(deserialize_with = "de_tls_applier")]
@@ -341,6 +346,7 @@ impl Default for ApplierConfig {
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
             apply_threads: 0,
             apply_nice: 0,
+            store_nice: 0,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,
@@ -381,6 +387,12 @@ impl ApplierConfig {
             bail!(
                 "key \"apply-nice\": {} is not a nice value (-20 to 19; 0 = the process's)",
                 self.apply_nice
+            );
+        }
+        if !(-20..=19).contains(&self.store_nice) {
+            bail!(
+                "key \"store-nice\": {} is not a nice value (-20 to 19; 0 = the process's)",
+                self.store_nice
             );
         }
         Ok(())
@@ -823,6 +835,7 @@ segment-size = "1GiB"
 cache-size = "1GiB"
 apply-threads = 3
 apply-nice = -5
+store-nice = 7
 [tls]
 ca = "/x/ca.pem"
 key = "/x/a.key"
@@ -848,6 +861,8 @@ silence-limit = "2s"
         assert_eq!(c.effective_apply_threads(), 3);
         assert!(ApplierConfig::default().effective_apply_threads() >= 1);
         assert_eq!(c.apply_nice, -5);
+        assert_eq!(c.store_nice, 7);
+        assert_eq!(ApplierConfig::default().store_nice, 0);
         assert_eq!(ApplierConfig::default().apply_nice, 0);
         assert_eq!(c.tls.ca, PathBuf::from("/x/ca.pem"));
         assert_eq!(c.tls.cert, PathBuf::from("/etc/tidelog/tls/applier.pem"));
@@ -1157,6 +1172,16 @@ ship-unsynced = true
             );
         }
         c.apply_nice = -20;
+        c.validate().unwrap();
+        for bad in [-21, 20] {
+            c.store_nice = bad;
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(
+                e.starts_with(&format!("key \"store-nice\": {bad} is not a nice value")),
+                "{e}"
+            );
+        }
+        c.store_nice = 19;
         c.validate().unwrap();
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());

@@ -492,39 +492,49 @@ fn thread_nice(pid: i32) -> Vec<(String, i32)> {
     out
 }
 
-/// `apply-nice` sets the nice value of the apply threads and the safe-time publisher, and
-/// of no other thread. (A raised value, which needs no privilege.)
+/// `apply-nice` sets the nice value of the apply threads and the safe-time publisher,
+/// `store-nice` that of the store's flush and compaction workers, and no other thread
+/// changes. (Raised values, which need no privilege.)
 #[test]
-fn apply_nice_sets_the_apply_and_safe_time_threads_only() {
+fn apply_and_store_nice_set_their_threads_only() {
     let own = thread_nice(std::process::id() as i32)
         .first()
         .map(|(_, n)| *n)
         .unwrap();
-    if own >= 19 {
-        eprintln!("skipped: this test already runs at nice {own}, nothing can be raised");
+    if own >= 18 {
+        eprintln!("skipped: this test already runs at nice {own}, nothing can be raised twice");
         return;
     }
-    let want = 19;
+    let (want, store_want) = (19, 18);
     let dir = tempfile::tempdir().unwrap();
     let c = Cluster::with(
         dir.path(),
         "batch",
-        &format!("apply-nice = {want}\napply-threads = 2\n"),
+        &format!("apply-nice = {want}\nstore-nice = {store_want}\napply-threads = 2\n"),
         "",
     );
     let mut a = c.start_applier();
     let pid = a.pid();
     let critical = |name: &str| name.starts_with("apply-") || name == "safe-time";
+    let store = |name: &str| name == tidelog_applier::store::WORKER_THREAD;
     wait_for(
-        "both apply threads and the safe-time thread at the configured nice value",
+        "both apply threads and the safe-time thread at apply-nice, every store worker at \
+         store-nice",
         Duration::from_secs(30),
         || {
             let t = thread_nice(pid);
+            let workers: Vec<_> = t.iter().filter(|(n, _)| store(n)).collect();
             t.iter().filter(|(n, v)| critical(n) && *v == want).count() == 3
+                && !workers.is_empty()
+                && workers.iter().all(|(_, v)| *v == store_want)
         },
     );
     let t = thread_nice(pid);
-    let others: Vec<_> = t.iter().filter(|(n, _)| !critical(n)).collect();
+    let workers = t.iter().filter(|(n, _)| store(n)).count();
+    let others: Vec<_> = t
+        .iter()
+        .filter(|(n, _)| !critical(n) && !store(n))
+        .collect();
     assert!(!others.is_empty(), "{t:?}");
     for (name, nice) in others {
         assert_eq!(*nice, own, "thread {name} changed: {t:?}");
@@ -545,5 +555,7 @@ fn apply_nice_sets_the_apply_and_safe_time_threads_only() {
     assert_eq!(st["apply_nice"]["configured"], want, "{st}");
     assert_eq!(st["apply_nice"]["set_threads"], 3, "{st}");
     assert_eq!(st["apply_nice"]["refused_threads"], 0, "{st}");
+    assert_eq!(st["store_nice"]["configured"], store_want, "{st}");
+    assert_eq!(st["store_nice"]["set_threads"], workers, "{st}");
     assert!(a.terminate(Duration::from_secs(20)));
 }

@@ -41,6 +41,10 @@ pub struct ApplierArgs {
     pub max_udp_payload: u16,
     #[arg(long, default_value_t = 5)]
     pub progress_ms: u64,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub apply_nice: i32,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub store_nice: i32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,10 +95,19 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let store = Arc::new(Store::open(&a.data_dir)?);
+    if a.store_nice != 0 {
+        store
+            .set_background_nice(a.store_nice)
+            .context("--store-nice")?;
+    }
     let received = a.data_dir.join("received");
     let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
     // As the daemon's default `apply-threads`.
-    let threads = Arc::new(ApplyThreads::new(ApplyThreads::default_count(), "apply")?);
+    let threads = Arc::new(ApplyThreads::with_nice(
+        ApplyThreads::default_count(),
+        "apply",
+        a.apply_nice,
+    )?);
     let hook: DurableHook = {
         let (workers, store, received) = (workers.clone(), store.clone(), received.clone());
         let threads = threads.clone();

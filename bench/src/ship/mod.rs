@@ -87,6 +87,14 @@ pub struct ShipArgs {
     /// Skip the raw quinn and TCP baselines (for quick iterations; no ratios).
     #[arg(long)]
     no_baselines: bool,
+    /// Nice value of the applier's apply threads, as the daemon's `apply-nice` (0: the
+    /// process's). A positive value gives intake (durable receipt) the CPU first.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    apply_nice: i32,
+    /// Nice value of the applier store's flush and compaction workers, as the daemon's
+    /// `store-nice`.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    store_nice: i32,
 }
 
 fn parse_io(s: &str) -> Result<IoChoice, String> {
@@ -174,6 +182,8 @@ struct Output<'a> {
     frame: u64,
     window: u64,
     sync: &'static str,
+    apply_nice: i32,
+    store_nice: i32,
     source: &'a Source,
     baselines: &'a [Baseline],
     runs: &'a [ShipRun],
@@ -225,13 +235,15 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         source.write_s
     );
     println!(
-        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}",
+        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}, apply nice {}, store nice {}",
         args.max_udp_payload,
         fmt_bytes(args.frame),
         fmt_bytes(args.window),
         fmt_bytes(QuicTuning::default().stream_receive_window),
         fmt_bytes(QuicTuning::default().receive_window),
-        args.sync.name()
+        args.sync.name(),
+        args.apply_nice,
+        args.store_nice
     );
     let extents = extents(&wal_dir, &source)?;
     let mut baselines = Vec::new();
@@ -265,6 +277,8 @@ pub fn run(args: &ShipArgs) -> Result<()> {
             frame: args.frame,
             window: args.window,
             sync: args.sync.name(),
+            apply_nice: args.apply_nice,
+            store_nice: args.store_nice,
             source: &source,
             baselines: &baselines,
             runs: &runs,
@@ -597,6 +611,10 @@ fn ship_run(
         args.sync.name().into(),
         "--max-udp-payload".into(),
         args.max_udp_payload.to_string().into(),
+        "--apply-nice".into(),
+        args.apply_nice.to_string().into(),
+        "--store-nice".into(),
+        args.store_nice.to_string().into(),
     ])?;
     let addr = peer.addr()?;
     let mut o = ShipperOptions::new(wal_dir.to_path_buf(), addr);
