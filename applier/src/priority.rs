@@ -112,14 +112,20 @@ mod tests {
         rest.split(' ').nth(16).unwrap().parse().unwrap()
     }
 
+    /// This thread's nice value, if it can still be raised (raising needs no privilege).
+    fn raisable() -> Option<i32> {
+        let n = own_nice();
+        if n >= 19 {
+            eprintln!("skipped: already at nice {n}, nothing can be raised");
+            return None;
+        }
+        Some(n)
+    }
+
     /// Raising the nice value (always allowed) changes the calling thread only.
     #[test]
     fn nice_is_set_per_thread() {
-        let before = own_nice();
-        if before >= 19 {
-            eprintln!("skipped: already at nice {before}, nothing can be raised");
-            return;
-        }
+        let Some(before) = raisable() else { return };
         let want = (before + 3).min(19);
         let got = std::thread::spawn(move || {
             set_current_thread_nice(want).unwrap();
@@ -138,11 +144,7 @@ mod tests {
     /// Every thread with the name gets the value; threads with other names keep theirs.
     #[test]
     fn threads_are_set_by_name() {
-        let before = own_nice();
-        if before >= 19 {
-            eprintln!("skipped: already at nice {before}, nothing can be raised");
-            return;
-        }
+        let Some(before) = raisable() else { return };
         let want = (before + 2).min(19);
         let stop = std::sync::Arc::new(std::sync::Barrier::new(4));
         let spawn = |name: &str| {

@@ -383,17 +383,13 @@ impl ApplierConfig {
                 self.apply_threads
             );
         }
-        if !(-20..=19).contains(&self.apply_nice) {
-            bail!(
-                "key \"apply-nice\": {} is not a nice value (-20 to 19; 0 = the process's)",
-                self.apply_nice
-            );
-        }
-        if !(-20..=19).contains(&self.store_nice) {
-            bail!(
-                "key \"store-nice\": {} is not a nice value (-20 to 19; 0 = the process's)",
-                self.store_nice
-            );
+        for (key, v) in [
+            ("apply-nice", self.apply_nice),
+            ("store-nice", self.store_nice),
+        ] {
+            if !(-20..=19).contains(&v) {
+                bail!("key \"{key}\": {v} is not a nice value (-20 to 19; 0 = the process's)");
+            }
         }
         Ok(())
     }
@@ -1163,26 +1159,25 @@ ship-unsynced = true
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"apply-threads\": 257 is above"), "{e}");
         c.apply_threads = 0;
-        for bad in [-21, 20] {
-            c.apply_nice = bad;
-            let e = format!("{:#}", c.validate().unwrap_err());
-            assert!(
-                e.starts_with(&format!("key \"apply-nice\": {bad} is not a nice value")),
-                "{e}"
-            );
+        type Field = fn(&mut ApplierConfig) -> &mut i32;
+        let nice: [(&str, Field); 2] = [
+            ("apply-nice", |c| &mut c.apply_nice),
+            ("store-nice", |c| &mut c.store_nice),
+        ];
+        for (key, field) in nice {
+            for bad in [-21, 20] {
+                *field(&mut c) = bad;
+                let e = format!("{:#}", c.validate().unwrap_err());
+                assert!(
+                    e.starts_with(&format!("key \"{key}\": {bad} is not a nice value")),
+                    "{e}"
+                );
+            }
+            for good in [-20, 19] {
+                *field(&mut c) = good;
+                c.validate().unwrap();
+            }
         }
-        c.apply_nice = -20;
-        c.validate().unwrap();
-        for bad in [-21, 20] {
-            c.store_nice = bad;
-            let e = format!("{:#}", c.validate().unwrap_err());
-            assert!(
-                e.starts_with(&format!("key \"store-nice\": {bad} is not a nice value")),
-                "{e}"
-            );
-        }
-        c.store_nice = 19;
-        c.validate().unwrap();
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");
