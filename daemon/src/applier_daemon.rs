@@ -488,6 +488,14 @@ fn set_store_nice(store: &Store, nice: i32) -> Result<usize, String> {
         return Ok(0);
     }
     match store.set_background_nice(nice) {
+        Ok(0) => {
+            tracing::warn!(
+                nice,
+                "store-nice: no store worker threads (named {}) found to set",
+                tidelog_applier::store::WORKER_THREAD
+            );
+            Ok(0)
+        }
         Ok(n) => {
             tracing::info!(
                 nice,
