@@ -313,6 +313,7 @@ impl std::fmt::Debug for Hook {
 pub struct Intake {
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
+    rcvbuf: tidelog_wal::wire::UdpReceiveBuffer,
 }
 
 impl Intake {
@@ -327,8 +328,18 @@ impl Intake {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
         let ec = crate::tls::endpoint_config(&opts.data_dir)?;
-        let socket = std::net::UdpSocket::bind(opts.listen)
-            .with_context(|| format!("listening on udp {}", opts.listen))?;
+        let (socket, rcvbuf) =
+            tidelog_wal::wire::bind_udp(opts.listen, opts.quic.udp_receive_buffer)
+                .with_context(|| format!("listening on udp {}", opts.listen))?;
+        if rcvbuf.got < rcvbuf.wanted {
+            tracing::warn!(
+                wanted = rcvbuf.wanted,
+                got = rcvbuf.got,
+                "quic.udp-receive-buffer: the kernel gave the UDP socket less receive buffer \
+                 than configured; raise net.core.rmem_max or grant CAP_NET_ADMIN (a short \
+                 buffer drops datagrams under load, and QUIC slows down for each loss)"
+            );
+        }
         let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
         let endpoint = quinn::Endpoint::new(ec, Some(sc), socket, runtime)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
@@ -348,10 +359,19 @@ impl Intake {
         {
             shared.tablet(&t)?;
         }
-        let intake = Intake { shared, endpoint };
+        let intake = Intake {
+            shared,
+            endpoint,
+            rcvbuf,
+        };
         let i2 = intake.clone();
         tokio::spawn(async move { i2.accept_loop().await });
         Ok(intake)
+    }
+
+    /// The UDP socket's receive buffer: configured and granted (`quic.udp-receive-buffer`).
+    pub fn udp_receive_buffer(&self) -> tidelog_wal::wire::UdpReceiveBuffer {
+        self.rcvbuf
     }
 
     /// The bound UDP address (useful with port 0).

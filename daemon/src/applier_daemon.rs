@@ -455,6 +455,10 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        "udp_receive_buffer": {
+            "configured": s.intake.udp_receive_buffer().wanted,
+            "bytes": s.intake.udp_receive_buffer().got,
+        },
         "lookup_cache": {
             "state": WarmState::name(s.lookup_cache.load(Ordering::Acquire)),
             "index_bytes": s.store.lookup_index_bytes(),

@@ -173,6 +173,11 @@ pub struct QuicConfig {
     /// Default `5s`.
     #[serde(deserialize_with = "de_duration")]
     pub silence_limit: Duration,
+    /// Kernel receive buffer of the endpoint's UDP socket (`SO_RCVBUF`; past
+    /// `net.core.rmem_max` only with `CAP_NET_ADMIN`); `0` leaves the system default.
+    /// Default `8MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub udp_receive_buffer: u64,
 }
 
 /// The shipper's file read engine (DESIGN §4).
@@ -285,6 +290,7 @@ impl Default for QuicConfig {
             max_udp_payload: 1472,
             idle_timeout: Duration::from_secs(30),
             silence_limit: Duration::from_secs(5),
+            udp_receive_buffer: 8 << 20,
         }
     }
 }
@@ -298,6 +304,7 @@ impl QuicConfig {
             max_udp_payload: self.max_udp_payload,
             idle_timeout: self.idle_timeout,
             silence_limit: self.silence_limit,
+            udp_receive_buffer: self.udp_receive_buffer,
         }
     }
 
@@ -841,6 +848,7 @@ stream-receive-window = "512KiB"
 max-udp-payload = 9000
 idle-timeout = "1m"
 silence-limit = "2s"
+udp-receive-buffer = "16MiB"
 "#,
         )
         .unwrap();
@@ -869,6 +877,8 @@ silence-limit = "2s"
         assert_eq!(c.quic.idle_timeout, Duration::from_secs(60));
         assert_eq!(c.quic.silence_limit, Duration::from_secs(2));
         assert_eq!(c.quic.tuning().silence_limit, Duration::from_secs(2));
+        assert_eq!(c.quic.tuning().udp_receive_buffer, 16 << 20);
+        assert_eq!(QuicConfig::default().udp_receive_buffer, 8 << 20);
     }
 
     #[test]

@@ -557,5 +557,18 @@ fn apply_and_store_nice_set_their_threads_only() {
     assert_eq!(st["apply_nice"]["refused_threads"], 0, "{st}");
     assert_eq!(st["store_nice"]["configured"], store_want, "{st}");
     assert_eq!(st["store_nice"]["set_threads"], workers, "{st}");
+    // And the intake's UDP receive buffer (quic.udp-receive-buffer, default 8 MiB): at least
+    // what rmem_max allows, all of it with CAP_NET_ADMIN.
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let rcv = &st["udp_receive_buffer"];
+    assert_eq!(rcv["configured"], 8 << 20, "{st}");
+    assert!(
+        rcv["bytes"].as_u64().unwrap() >= rmem_max.min(8 << 20),
+        "{st}"
+    );
     assert!(a.terminate(Duration::from_secs(20)));
 }

@@ -617,16 +617,37 @@ fn run_lane(shared: Arc<Shared>, lane: u32, rx: mpsc::UnboundedReceiver<LaneCmd>
     }
 }
 
+/// A client endpoint on a UDP socket with `quic.udp-receive-buffer` (a short one is logged).
+fn client_endpoint(bind: SocketAddr, rcvbuf: u64) -> anyhow::Result<quinn::Endpoint> {
+    let (socket, got) =
+        tidelog_wal::wire::bind_udp(bind, rcvbuf).with_context(|| format!("binding udp {bind}"))?;
+    if got.got < got.wanted {
+        tracing::warn!(
+            wanted = got.wanted,
+            got = got.got,
+            "quic.udp-receive-buffer: the kernel gave less than configured; raise \
+             net.core.rmem_max or grant CAP_NET_ADMIN"
+        );
+    }
+    let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
+    Ok(quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        socket,
+        runtime,
+    )?)
+}
+
 async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiver<LaneCmd>) {
     let bind: SocketAddr = if shared.opts.applier.is_ipv6() {
         "[::]:0".parse().unwrap_or(SocketAddr::from(([0u8; 16], 0)))
     } else {
         SocketAddr::from(([0, 0, 0, 0], 0))
     };
-    let endpoint = match quinn::Endpoint::client(bind) {
+    let endpoint = match client_endpoint(bind, shared.opts.quic.udp_receive_buffer) {
         Ok(e) => e,
         Err(e) => {
-            tracing::error!(lane, "binding a UDP socket: {e}");
+            tracing::error!(lane, "binding a UDP socket: {e:#}");
             return;
         }
     };

@@ -215,7 +215,11 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
     };
     let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
     rt.block_on(async move {
-        let ep = quinn::Endpoint::server(sc, "127.0.0.1:0".parse()?)?;
+        // The same socket as the applier's intake (quic.udp-receive-buffer).
+        let (socket, _) =
+            tidelog_wal::wire::bind_udp("127.0.0.1:0".parse()?, tuning.udp_receive_buffer)?;
+        let runtime = quinn::default_runtime().context("no async runtime")?;
+        let ep = quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(sc), socket, runtime)?;
         println!("ADDR {}", ep.local_addr()?);
         std::io::stdout().flush()?;
         let conn = ep

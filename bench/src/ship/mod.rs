@@ -555,7 +555,13 @@ fn quinn_client(
         .enable_all()
         .build()?;
     let run = async move {
-        let ep = quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0)))?;
+        // The same socket as the shipper's lanes (quic.udp-receive-buffer).
+        let (socket, _) = tidelog_wal::wire::bind_udp(
+            SocketAddr::from(([0, 0, 0, 0], 0)),
+            tuning.udp_receive_buffer,
+        )?;
+        let runtime = quinn::default_runtime().context("no async runtime")?;
+        let ep = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)?;
         let t0 = Instant::now();
         let conn = ep.connect_with(cc, addr, "localhost")?.await?;
         let (mut send, mut recv) = conn.open_bi().await?;
