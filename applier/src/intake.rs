@@ -308,6 +308,21 @@ impl std::fmt::Debug for Hook {
     }
 }
 
+/// A QUIC server endpoint on `listen`, its UDP socket's receive buffer sized to `rcvbuf`
+/// bytes (`quic.udp-receive-buffer`, [`tidelog_wal::wire::bind_udp`]). Must run inside a
+/// tokio runtime.
+pub fn server_endpoint(
+    listen: SocketAddr,
+    ec: quinn::EndpointConfig,
+    sc: quinn::ServerConfig,
+    rcvbuf: u64,
+) -> std::io::Result<(quinn::Endpoint, tidelog_wal::wire::UdpReceiveBuffer)> {
+    let (socket, got) = tidelog_wal::wire::bind_udp(listen, rcvbuf)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("no async runtime for the QUIC endpoint"))?;
+    Ok((quinn::Endpoint::new(ec, Some(sc), socket, runtime)?, got))
+}
+
 /// The running intake.
 #[derive(Debug, Clone)]
 pub struct Intake {
@@ -328,20 +343,7 @@ impl Intake {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
         let ec = crate::tls::endpoint_config(&opts.data_dir)?;
-        let (socket, rcvbuf) =
-            tidelog_wal::wire::bind_udp(opts.listen, opts.quic.udp_receive_buffer)
-                .with_context(|| format!("listening on udp {}", opts.listen))?;
-        if rcvbuf.got < rcvbuf.wanted {
-            tracing::warn!(
-                wanted = rcvbuf.wanted,
-                got = rcvbuf.got,
-                "quic.udp-receive-buffer: the kernel gave the UDP socket less receive buffer \
-                 than configured; raise net.core.rmem_max or grant CAP_NET_ADMIN (a short \
-                 buffer drops datagrams under load, and QUIC slows down for each loss)"
-            );
-        }
-        let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
-        let endpoint = quinn::Endpoint::new(ec, Some(sc), socket, runtime)
+        let (endpoint, rcvbuf) = server_endpoint(opts.listen, ec, sc, opts.quic.udp_receive_buffer)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
         let shared = Arc::new(Shared {
             opts,

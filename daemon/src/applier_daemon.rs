@@ -425,6 +425,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
 async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let s2 = s.clone();
     let rows = blocking(move || tablet_rows(&s2)).await?;
+    let rcvbuf = s.intake.udp_receive_buffer();
     let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
@@ -455,10 +456,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-        "udp_receive_buffer": {
-            "configured": s.intake.udp_receive_buffer().wanted,
-            "bytes": s.intake.udp_receive_buffer().got,
-        },
+        "udp_receive_buffer": {"configured": rcvbuf.wanted, "bytes": rcvbuf.got},
         "lookup_cache": {
             "state": WarmState::name(s.lookup_cache.load(Ordering::Acquire)),
             "index_bytes": s.store.lookup_index_bytes(),

@@ -617,18 +617,11 @@ fn run_lane(shared: Arc<Shared>, lane: u32, rx: mpsc::UnboundedReceiver<LaneCmd>
     }
 }
 
-/// A client endpoint on a UDP socket with `quic.udp-receive-buffer` (a short one is logged).
-fn client_endpoint(bind: SocketAddr, rcvbuf: u64) -> anyhow::Result<quinn::Endpoint> {
-    let (socket, got) =
-        tidelog_wal::wire::bind_udp(bind, rcvbuf).with_context(|| format!("binding udp {bind}"))?;
-    if got.got < got.wanted {
-        tracing::warn!(
-            wanted = got.wanted,
-            got = got.got,
-            "quic.udp-receive-buffer: the kernel gave less than configured; raise \
-             net.core.rmem_max or grant CAP_NET_ADMIN"
-        );
-    }
+/// A QUIC client endpoint bound to `bind`, its UDP socket's receive buffer sized to `rcvbuf`
+/// bytes (`quic.udp-receive-buffer`, [`wire::bind_udp`]). Must run inside a tokio runtime.
+pub fn client_endpoint(bind: SocketAddr, rcvbuf: u64) -> Result<quinn::Endpoint> {
+    let (socket, _) =
+        wire::bind_udp(bind, rcvbuf).with_context(|| format!("binding udp {bind}"))?;
     let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
     Ok(quinn::Endpoint::new(
         quinn::EndpointConfig::default(),

@@ -134,8 +134,8 @@ pub struct UdpReceiveBuffer {
 /// thread preempted on a busy host — loses whatever overflows the buffer, and the sender's
 /// congestion control takes each loss as congestion; the Linux default (208 KiB) holds
 /// about 2 ms at 100 MB/s. `SO_RCVBUF` is capped at `net.core.rmem_max`; beyond it
-/// `SO_RCVBUFFORCE` is tried, which needs `CAP_NET_ADMIN`. The caller compares `got` with
-/// `wanted` and says so when it is short.
+/// `SO_RCVBUFFORCE` is tried, which needs `CAP_NET_ADMIN`. A short grant is logged as a
+/// warning.
 pub fn bind_udp(
     addr: std::net::SocketAddr,
     want: u64,
@@ -187,6 +187,16 @@ pub fn bind_udp(
     let mut got = read()?;
     if got < want && set(libc::SO_RCVBUFFORCE).is_ok() {
         got = read()?;
+    }
+    if got < want {
+        tracing::warn!(
+            %addr,
+            wanted = want,
+            got,
+            "quic.udp-receive-buffer: the kernel gave the UDP socket less receive buffer than \
+             configured; raise net.core.rmem_max or grant CAP_NET_ADMIN (a short buffer drops \
+             datagrams under load, and QUIC slows down for each loss)"
+        );
     }
     Ok((socket, UdpReceiveBuffer { wanted: want, got }))
 }

@@ -216,10 +216,12 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
     let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
     rt.block_on(async move {
         // The same socket as the applier's intake (quic.udp-receive-buffer).
-        let (socket, _) =
-            tidelog_wal::wire::bind_udp("127.0.0.1:0".parse()?, tuning.udp_receive_buffer)?;
-        let runtime = quinn::default_runtime().context("no async runtime")?;
-        let ep = quinn::Endpoint::new(quinn::EndpointConfig::default(), Some(sc), socket, runtime)?;
+        let (ep, _) = tidelog_applier::intake::server_endpoint(
+            "127.0.0.1:0".parse()?,
+            quinn::EndpointConfig::default(),
+            sc,
+            tuning.udp_receive_buffer,
+        )?;
         println!("ADDR {}", ep.local_addr()?);
         std::io::stdout().flush()?;
         let conn = ep

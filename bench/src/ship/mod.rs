@@ -556,12 +556,10 @@ fn quinn_client(
         .build()?;
     let run = async move {
         // The same socket as the shipper's lanes (quic.udp-receive-buffer).
-        let (socket, _) = tidelog_wal::wire::bind_udp(
+        let ep = tidelog_shipper::client_endpoint(
             SocketAddr::from(([0, 0, 0, 0], 0)),
             tuning.udp_receive_buffer,
         )?;
-        let runtime = quinn::default_runtime().context("no async runtime")?;
-        let ep = quinn::Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)?;
         let t0 = Instant::now();
         let conn = ep.connect_with(cc, addr, "localhost")?.await?;
         let (mut send, mut recv) = conn.open_bi().await?;
