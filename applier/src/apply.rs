@@ -127,6 +127,27 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.progress();
+        loop {
+            if self.applied_pos.load() >= pos {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || !self.running.load(Ordering::Acquire) {
+                return false;
+            }
+            *g += 1;
+            g = self
+                .progress_cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            *g -= 1;
+        }
+    }
+
     fn publish(&self, pos: WalPos, safe: HybridTime) {
         // Release stores: a reader that sees `pos` sees the store batch committed before.
         self.safe_time.fetch_max(safe.0, Ordering::Release);
@@ -300,6 +321,37 @@ fn lane_main(lane: &Lane) {
     }
 }
 
+/// One tablet's apply progress, apart from its [`ApplyWorker`] ([`ApplyWorker::progress`]):
+/// for waiting on it without holding the worker.
+#[derive(Clone, Debug)]
+pub struct ApplyProgress(Arc<Shared>);
+
+impl ApplyProgress {
+    pub fn tablet(&self) -> &TabletId {
+        &self.0.tablet
+    }
+
+    /// End of the last applied record.
+    pub fn applied_pos(&self) -> WalPos {
+        self.0.applied_pos.load()
+    }
+
+    /// The tablet's safe time: ht of its last applied record or heartbeat (0 if none).
+    pub fn safe_time(&self) -> HybridTime {
+        HybridTime(self.0.safe_time.load(Ordering::Acquire))
+    }
+
+    /// Whether the worker still applies (false after a stop or an error).
+    pub fn is_running(&self) -> bool {
+        self.0.running.load(Ordering::Acquire)
+    }
+
+    /// As [`ApplyWorker::wait_applied`].
+    pub fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
+        self.0.wait_applied(pos, timeout)
+    }
+}
+
 /// The apply stage of one tablet, on a thread of its [`ApplyThreads`] group.
 #[derive(Debug)]
 pub struct ApplyWorker {
@@ -440,25 +492,12 @@ impl ApplyWorker {
     /// Blocks until `applied_pos ≥ pos`, the worker stops, or `timeout`; returns whether
     /// the position was reached.
     pub fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.shared.progress();
-        loop {
-            if self.applied_pos() >= pos {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || !self.is_running() {
-                return false;
-            }
-            *g += 1;
-            g = self
-                .shared
-                .progress_cv
-                .wait_timeout(g, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            *g -= 1;
-        }
+        self.shared.wait_applied(pos, timeout)
+    }
+
+    /// A handle on this worker's progress that can wait without holding the worker.
+    pub fn progress(&self) -> ApplyProgress {
+        ApplyProgress(self.shared.clone())
     }
 
     /// Stops the worker, joins its thread (which persists the store first) and returns the
@@ -602,6 +641,8 @@ impl TabletLoop {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));
             }
             let end = Reader::position(r);
+            // Test hook: a slow apply (`apply::batch=sleep(ms)`).
+            fail::fail_point!("apply::batch");
             let started = Instant::now();
             let out = self.store.apply(tablet, batch, end, cfg.durability)?;
             let took = started.elapsed();

@@ -36,6 +36,9 @@ use crate::{certs, metrics, notify, service};
 /// (whatever its intake state).
 pub const APPLY_FAILED: &str = "apply_failed";
 
+/// After the start-up replay, how long the safe time may take to cover it.
+const REPLAY_PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 60 s).
 const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 
@@ -130,6 +133,49 @@ impl Appliers {
                 w.insert(t.clone(), worker);
             }
             Err(e) => tracing::error!(tablet = %t, "starting the apply worker: {e}"),
+        }
+    }
+
+    /// Starts the workers of the tablets in `ends` and waits until they have applied their
+    /// received logs to those ends and the safe time covers it
+    /// ([`Consistency::replayed`]). A failure is logged: the daemon starts anyway, its
+    /// status showing the tablet's error. Nothing to do on a promoted target (no workers,
+    /// the safe time frozen at the cut).
+    fn replay(&self, ends: &[(TabletId, WalPos)], consistency: &Consistency) {
+        if self.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        for (t, _) in ends {
+            self.ensure(t);
+        }
+        let progress: Vec<_> = {
+            let w = self.workers();
+            ends.iter()
+                .filter_map(|(t, end)| w.get(t).map(|w| (w.progress(), *end)))
+                .collect()
+        };
+        let behind: u64 = progress
+            .iter()
+            .map(|(p, end)| end.0.saturating_sub(p.applied_pos().0))
+            .sum();
+        let t0 = std::time::Instant::now();
+        let r = consistency.replayed(&progress, REPLAY_PUBLISH_WITHIN, |p, end| {
+            let msg = format!(
+                "recovering: re-applying tablet {} ({} of {end})",
+                p.tablet(),
+                p.applied_pos()
+            );
+            tracing::info!("{msg}");
+            notify::status(&msg);
+        });
+        match r {
+            Ok(()) => tracing::info!(
+                bytes = behind,
+                took_ms = t0.elapsed().as_millis() as u64,
+                safe_time = %consistency.safe_time().map_or_else(|| "uninitialized".to_string(), |s| s.to_string()),
+                "received logs re-applied"
+            ),
+            Err(e) => tracing::error!("recovery: {e}; starting anyway"),
         }
     }
 
@@ -257,15 +303,33 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     if let Some(c) = &cutover {
         intake.refuse(&refusal_reason(c.cut));
     }
-    // Recovery: apply whatever the received logs hold beyond the store's apply positions.
-    let known: Vec<TabletId> = intake.tablets().iter().map(|t| t.tablet.clone()).collect();
-    let a3 = appliers.clone();
-    tokio::task::spawn_blocking(move || {
-        for t in &known {
-            a3.ensure(t);
+    // Recovery: apply whatever the received logs hold beyond the store's apply positions,
+    // up to the ends they have now, and let the safe time cover it before anyone can read
+    // (the safe time is published before the store's fsync: `Consistency::replayed`).
+    let known: Vec<(TabletId, WalPos)> = intake
+        .tablets()
+        .iter()
+        .map(|t| (t.tablet.clone(), t.received_pos()))
+        .collect();
+    notify::status(&format!(
+        "recovering: re-applying the received logs of {} tablets",
+        known.len()
+    ));
+    let (a3, c3) = (appliers.clone(), consistency.clone());
+    let replay = tokio::task::spawn_blocking(move || a3.replay(&known, &c3));
+    match signals.unless_stopped(replay).await {
+        Some(r) => r.context("recovery")?,
+        None => {
+            intake.shutdown().await;
+            let (a4, c4) = (appliers.clone(), consistency.clone());
+            tokio::task::spawn_blocking(move || {
+                a4.stop_all();
+                c4.stop();
+            })
+            .await?;
+            return Ok(());
         }
-    })
-    .await?;
+    }
     let state = ApplierState {
         intake: intake.clone(),
         appliers: appliers.clone(),

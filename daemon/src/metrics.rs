@@ -399,7 +399,7 @@ pub fn applier(s: &ApplierState) -> String {
     );
     m.histogram(
         "tidelog_applier_safe_time_publish_duration_seconds",
-        "Wall time of one safe-time publish: the new value written and the store fsync that makes it, and the batches it covers, durable before readers see it.",
+        "Wall time of one safe-time publish: the new value written to the store's journal (after the batches it covers) before readers see it.",
         &s.consistency.publish_latency(),
     );
     m.histograms(

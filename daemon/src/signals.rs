@@ -66,6 +66,17 @@ impl Signals {
         }
     }
 
+    /// Runs `work` unless a SIGTERM or SIGINT comes first (`None`); a SIGQUIT exits the
+    /// process at once. For start-up steps that may take a while.
+    pub async fn unless_stopped<F: std::future::Future>(&mut self, work: F) -> Option<F::Output> {
+        tokio::select! {
+            _ = self.term.recv() => { tracing::info!("SIGTERM during start-up: stopping"); None }
+            _ = self.int.recv() => { tracing::info!("SIGINT during start-up: stopping"); None }
+            _ = self.quit.recv() => exit_now(EXIT_SIGQUIT, "SIGQUIT"),
+            r = work => Some(r),
+        }
+    }
+
     /// From now on (the graceful stop), a second SIGTERM or SIGINT, a SIGQUIT, or the stop
     /// taking longer than `bound` exits the process at once. Runs on its own thread with
     /// its own runtime, so a stop that blocks the daemon's runtime cannot hold it up.

@@ -421,3 +421,68 @@ fn safe_time_wait_for_answers_when_the_safe_time_arrives() {
         assert!(v["message"].as_str().unwrap().contains(name), "{q}: {v}");
     }
 }
+
+/// The safe time is published before the store's fsync, so a restart re-applies the
+/// received logs to their ends and lets the safe time cover them before the admin socket
+/// opens: otherwise a machine crash could show readers a safe time below one they saw.
+/// With apply slowed by a failpoint (a sleep before each batch), the applier is killed
+/// while its received logs hold more than it applied; restarted as slow, its very first
+/// answer already shows every tablet applied to its received end and the safe time at the
+/// tablets' minimum.
+#[test]
+fn a_restarted_applier_answers_only_after_replaying_its_received_logs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    let tablets = ["r0", "r1", "r2", "r3"];
+    for t in tablets {
+        write_records(&c.wal, t, 2000, |i| format!("{t}-{i:0>96}").into_bytes());
+    }
+    let slow = [("FAILPOINTS", "apply::batch=sleep(1500)")];
+    let log = c.root.join("applier.log");
+    let mut applier = Daemon::start_env("apply", &c.applier_cfg, &log, &slow);
+    let mut shipper = c.start_shipper();
+    let status = || api(&c.applier_sock, "GET", "/v1/status").map(|(_, s)| s);
+    let received = |s: &Value, t: &str| s["tablets"][t]["received_records"].as_u64();
+    wait_for("every record received", Duration::from_secs(60), || {
+        status().is_some_and(|s| tablets.iter().all(|t| received(&s, t) == Some(2000)))
+    });
+    assert!(shipper.terminate(Duration::from_secs(20)));
+    let s = status().unwrap();
+    let behind: Vec<&str> = tablets
+        .iter()
+        .copied()
+        .filter(|t| {
+            s["tablets"][t]["applied_pos"].as_u64() < s["tablets"][t]["received_pos"].as_u64()
+        })
+        .collect();
+    assert!(
+        !behind.is_empty(),
+        "nothing left to re-apply at the kill: {s}"
+    );
+    applier.kill9();
+
+    let _applier = Daemon::start_env("apply", &c.applier_cfg, &log, &slow);
+    let mut first = None;
+    wait_for(
+        "the restarted applier answers",
+        Duration::from_secs(60),
+        || {
+            first = status();
+            first.is_some()
+        },
+    );
+    let s = first.unwrap();
+    let mut least = u64::MAX;
+    for t in tablets {
+        let v = &s["tablets"][t];
+        assert_eq!(
+            v["applied_pos"], v["received_pos"],
+            "tablet {t} not re-applied: {s}"
+        );
+        least = least.min(v["safe_time"].as_str().unwrap().parse::<u64>().unwrap());
+    }
+    let st = api(&c.applier_sock, "GET", "/v1/safe-time").unwrap().1;
+    assert_eq!(st["initialized"], true, "{st}");
+    let safe: u64 = st["safe_time"].as_str().unwrap().parse().unwrap();
+    assert!(safe >= least, "{st} below the tablets' {least}");
+}
