@@ -320,13 +320,9 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     match signals.unless_stopped(replay).await {
         Some(r) => r.context("recovery")?,
         None => {
-            intake.shutdown().await;
-            let (a4, c4) = (appliers.clone(), consistency.clone());
-            tokio::task::spawn_blocking(move || {
-                a4.stop_all();
-                c4.stop();
-            })
-            .await?;
+            notify::stopping();
+            stop_pipeline(&intake, &appliers, &consistency, &store, None).await?;
+            tracing::info!("applier stopped");
             return Ok(());
         }
     }
@@ -385,20 +381,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         t.abort();
     }
     notify::status("stopping: writing queued frames");
-    intake.shutdown().await;
-    let a4 = appliers.clone();
-    let s2 = store.clone();
-    let c4 = consistency.clone();
-    tokio::task::spawn_blocking(move || {
-        a4.stop_all();
-        c4.stop();
-        // Between two clean-up steps; the cursor is persisted, a restart continues.
-        drop(cleanup.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Err(e) = s2.persist() {
-            tracing::error!("persisting the store: {e}");
-        }
-    })
-    .await?;
+    stop_pipeline(&intake, &appliers, &consistency, &store, Some(cleanup)).await?;
     stop.stop();
     if let Some(e) = admin_failed {
         return Err(e);
@@ -410,6 +393,32 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         tracing::warn!("admin API: {e:#}");
     }
     tracing::info!("applier stopped");
+    Ok(())
+}
+
+/// The graceful stop of the data path: the intake writes its queued frames, the apply
+/// workers and the safe-time publisher stop, the cutover clean-up (if any) stops between
+/// two steps (its cursor is persisted, a restart continues), and the store is persisted.
+async fn stop_pipeline(
+    intake: &Intake,
+    appliers: &Arc<Appliers>,
+    consistency: &Arc<Consistency>,
+    store: &Arc<Store>,
+    cleanup: Option<Arc<Mutex<Option<Cleanup>>>>,
+) -> Result<()> {
+    intake.shutdown().await;
+    let (a, c, s) = (appliers.clone(), consistency.clone(), store.clone());
+    tokio::task::spawn_blocking(move || {
+        a.stop_all();
+        c.stop();
+        if let Some(cleanup) = cleanup {
+            drop(cleanup.lock().unwrap_or_else(|p| p.into_inner()).take());
+        }
+        if let Err(e) = s.persist() {
+            tracing::error!("persisting the store: {e}");
+        }
+    })
+    .await?;
     Ok(())
 }
 
