@@ -4,7 +4,11 @@
 //! * `__applier`: the applier intake, a store and one apply worker per tablet; prints
 //!   `ADDR <addr>`, then `P <received bytes> <applied bytes> <tablets>` every few ms.
 //! * `__sink`: a raw QUIC (same TLS and transport settings) or TCP server that reads one
-//!   stream to its end, discarding, answers with the byte count and exits.
+//!   stream to its end, discarding, answers with the byte count and exits. With
+//!   `--durable-dir D` (QUIC only) it keeps the bytes instead: a writer thread writes them
+//!   into preallocated 64 MiB segment files in `D` and `fdatasync`s after each group (every
+//!   1 MiB buffer queued meanwhile, up to 64 MiB, as the intake's `batch` writer), and the
+//!   answer waits for the last sync.
 //!
 //! Both exit on stdin EOF (the bench holds the pipe) or SIGTERM.
 
@@ -61,6 +65,9 @@ pub struct SinkArgs {
     pub certs_dir: PathBuf,
     #[arg(long)]
     pub max_udp_payload: u16,
+    /// Keep what is read: append it to a file in this directory, synced group by group.
+    #[arg(long)]
+    pub durable_dir: Option<PathBuf>,
 }
 
 /// Sets the returned flag at stdin EOF (the parent closed the pipe or died) or SIGTERM.
@@ -230,15 +237,105 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
             .context("endpoint closed before a connection")?
             .await?;
         let (mut send, mut recv) = conn.accept_bi().await?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        while let Some(k) = recv.read(&mut buf).await? {
-            n += k as u64;
-        }
+        let n = match &a.durable_dir {
+            None => {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut n = 0u64;
+                while let Some(k) = recv.read(&mut buf).await? {
+                    n += k as u64;
+                }
+                n
+            }
+            Some(dir) => {
+                let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+                let dir = dir.clone();
+                let writer = std::thread::Builder::new()
+                    .name("sink-writer".into())
+                    .spawn(move || durable_writer(&dir, &rx))?;
+                // Whole 1 MiB buffers, as the intake hands whole frames to its writers.
+                let mut buf = Vec::with_capacity(1 << 20);
+                loop {
+                    let want = (1 << 20) - buf.len();
+                    let Some(c) = recv.read_chunk(want, true).await? else {
+                        break;
+                    };
+                    buf.extend_from_slice(&c.bytes);
+                    if buf.len() == 1 << 20 {
+                        let full = std::mem::replace(&mut buf, Vec::with_capacity(1 << 20));
+                        if tx.send(full).is_err() {
+                            break;
+                        }
+                    }
+                }
+                if !buf.is_empty() {
+                    let _ = tx.send(buf);
+                }
+                drop(tx);
+                writer
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the sink's writer thread panicked"))??
+            }
+        };
         send.write_all(&n.to_le_bytes()).await?;
         send.finish()?;
         let _ = tokio::time::timeout(Duration::from_secs(5), conn.closed()).await;
         println!("DONE {n}");
         Ok(())
     })
+}
+
+/// Segment size of the durable sink's files, as the received logs' default.
+const SINK_SEGMENT: u64 = 64 << 20;
+
+/// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN` (as the received
+/// logs are laid out), `fdatasync`ing every file written to after each group (every buffer
+/// already queued, up to 64 MiB); returns the bytes written once the last group is synced.
+fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let new_segment = |i: u64| -> Result<std::fs::File> {
+        let path = dir.join(format!("{i:06}"));
+        let f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        // SAFETY: plain syscall on a valid fd.
+        let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, SINK_SEGMENT as libc::off_t) };
+        if rc != 0 {
+            let e = std::io::Error::from_raw_os_error(rc);
+            return Err(anyhow::Error::new(e).context(format!("preallocating {}", path.display())));
+        }
+        Ok(f)
+    };
+    let mut n = 0u64;
+    let mut seg = new_segment(0)?;
+    let mut dirty: Vec<std::fs::File> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut group = 0usize;
+        let mut next = Some(first);
+        while let Some(buf) = next.take() {
+            let mut rest = &buf[..];
+            while !rest.is_empty() {
+                let off = n % SINK_SEGMENT;
+                let k = rest.len().min((SINK_SEGMENT - off) as usize);
+                seg.write_all_at(&rest[..k], off)
+                    .context("writing a sink segment")?;
+                rest = &rest[k..];
+                n += k as u64;
+                if n % SINK_SEGMENT == 0 {
+                    let full = std::mem::replace(&mut seg, new_segment(n / SINK_SEGMENT)?);
+                    dirty.push(full);
+                }
+            }
+            group += buf.len();
+            if group < (64 << 20) {
+                next = rx.try_recv().ok();
+            }
+        }
+        for f in dirty.drain(..).chain(std::iter::once(seg.try_clone()?)) {
+            f.sync_data().context("syncing a sink segment")?;
+        }
+    }
+    Ok(n)
 }
