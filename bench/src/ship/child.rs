@@ -6,7 +6,8 @@
 //! * `__sink`: a raw QUIC (same TLS and transport settings) or TCP server that reads one
 //!   stream to its end, discarding, answers with the byte count and exits. With
 //!   `--durable-dir D` (QUIC only) it keeps the bytes instead: a writer thread writes them
-//!   into preallocated 64 MiB segment files in `D` and `fdatasync`s after each group (every
+//!   into preallocated 64 MiB segment files in `D` (each made ready, its pages in the page
+//!   cache, by a helper thread one segment ahead) and `fdatasync`s after each group (every
 //!   1 MiB buffer queued meanwhile, up to 64 MiB, as the intake's `batch` writer), and the
 //!   answer waits for the last sync.
 //!
@@ -287,29 +288,56 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
 /// Segment size of the durable sink's files, as the received logs' default.
 const SINK_SEGMENT: u64 = 64 << 20;
 
-/// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN` (as the received
-/// logs are laid out), `fdatasync`ing every file written to after each group (every buffer
-/// already queued, up to 64 MiB); returns the bytes written once the last group is synced.
-fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>) -> Result<u64> {
+/// Creates the sink's segment `i` in `dir`, preallocated, and reads it through once so its
+/// pages are in the page cache before the writer's `pwrite`s reach them (as the received
+/// logs' segments are pre-faulted on a helper thread).
+fn sink_segment(dir: &std::path::Path, i: u64) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
-    let new_segment = |i: u64| -> Result<std::fs::File> {
-        let path = dir.join(format!("{i:06}"));
-        let f = std::fs::OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
-        // SAFETY: plain syscall on a valid fd.
-        let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, SINK_SEGMENT as libc::off_t) };
-        if rc != 0 {
-            let e = std::io::Error::from_raw_os_error(rc);
-            return Err(anyhow::Error::new(e).context(format!("preallocating {}", path.display())));
+    let path = dir.join(format!("{i:06}"));
+    let f = std::fs::OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    // SAFETY: plain syscall on a valid fd.
+    let rc = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, SINK_SEGMENT as libc::off_t) };
+    if rc != 0 {
+        let e = std::io::Error::from_raw_os_error(rc);
+        return Err(anyhow::Error::new(e).context(format!("preallocating {}", path.display())));
+    }
+    let mut scratch = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < SINK_SEGMENT {
+        let k = f
+            .read_at(&mut scratch, off)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if k == 0 {
+            break;
         }
-        Ok(f)
+        off += k as u64;
+    }
+    Ok(f)
+}
+
+/// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN` (as the received
+/// logs are laid out; the next one made ready by a helper thread), `fdatasync`ing every file
+/// written to after each group (every buffer already queued, up to 64 MiB); returns the
+/// bytes written once the last group is synced.
+fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let ahead = |i: u64| {
+        let dir = dir.to_path_buf();
+        std::thread::spawn(move || sink_segment(&dir, i))
+    };
+    let join = |h: std::thread::JoinHandle<Result<std::fs::File>>| {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("the sink's segment thread panicked"))?
     };
     let mut n = 0u64;
-    let mut seg = new_segment(0)?;
+    let mut seg = sink_segment(dir, 0)?;
+    let mut next_seg = ahead(1);
     let mut dirty: Vec<std::fs::File> = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut group = 0usize;
@@ -324,8 +352,9 @@ fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>
                 rest = &rest[k..];
                 n += k as u64;
                 if n % SINK_SEGMENT == 0 {
-                    let full = std::mem::replace(&mut seg, new_segment(n / SINK_SEGMENT)?);
-                    dirty.push(full);
+                    let i = n / SINK_SEGMENT;
+                    let ready = std::mem::replace(&mut next_seg, ahead(i + 1));
+                    dirty.push(std::mem::replace(&mut seg, join(ready)?));
                 }
             }
             group += buf.len();
@@ -337,5 +366,6 @@ fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>
             f.sync_data().context("syncing a sink segment")?;
         }
     }
+    let _ = join(next_seg);
     Ok(n)
 }

@@ -19,9 +19,9 @@
 //!   (`pread`, page cache) and writes them; the server (`__sink`) reads and discards and
 //!   answers with the byte count. Clock: connect → answer received.
 //! * raw quinn→disk: the same, but the server keeps the bytes as the intake does: 1 MiB
-//!   buffers written into preallocated 64 MiB segment files and `fdatasync`ed group by
-//!   group, the answer after the last sync (`__sink --durable-dir`), measured after the
-//!   tidelog runs. What a receiver that only makes the bytes durable costs.
+//!   buffers written into preallocated, pre-faulted 64 MiB segment files and `fdatasync`ed
+//!   group by group, the answer after the last sync (`__sink --durable-dir`), measured after
+//!   the tidelog runs. What a receiver that only makes the bytes durable costs.
 //! * raw TCP: the same over a loopback TCP connection (`__sink --proto tcp`).
 //! * CPU seconds: utime + stime of each process over the timed interval, from `/proc`, and
 //!   by thread (grouped by name), so it shows where the time goes on the shared cores.
