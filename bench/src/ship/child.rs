@@ -66,7 +66,8 @@ pub struct SinkArgs {
     pub certs_dir: PathBuf,
     #[arg(long)]
     pub max_udp_payload: u16,
-    /// Keep what is read: append it to a file in this directory, synced group by group.
+    /// Keep what is read: write it into segment files in this directory, synced group by
+    /// group.
     #[arg(long)]
     pub durable_dir: Option<PathBuf>,
 }

@@ -859,7 +859,7 @@ fn print_summary(
         "(CPU send = this process: client / shipper; CPU recv = the peer process: sink / applier;"
     );
     println!(
-        " ×disk = against raw quinn→disk, whose receiver appends the bytes to a file and fdatasyncs them)"
+        " ×disk = against raw quinn→disk, whose receiver writes the bytes to disk and fdatasyncs them)"
     );
     let line = |name: String, actual: f64, target: f64| {
         println!(
