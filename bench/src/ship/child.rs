@@ -9,7 +9,8 @@
 //!   into preallocated 64 MiB segment files in `D` (each made ready, its pages in the page
 //!   cache, by a helper thread one segment ahead) and `fdatasync`s after each group (every
 //!   1 MiB buffer queued meanwhile, up to 64 MiB, as the intake's `batch` writer), and the
-//!   answer waits for the last sync.
+//!   answer waits for the last sync. `--direct` writes the segments with `O_DIRECT`
+//!   instead (no page cache: each buffer is copied into one page-aligned buffer first).
 //!
 //! Both exit on stdin EOF (the bench holds the pipe) or SIGTERM.
 
@@ -70,6 +71,9 @@ pub struct SinkArgs {
     /// group.
     #[arg(long)]
     pub durable_dir: Option<PathBuf>,
+    /// With `--durable-dir`: write with `O_DIRECT`, around the page cache.
+    #[arg(long, requires = "durable_dir")]
+    pub direct: bool,
 }
 
 /// Sets the returned flag at stdin EOF (the parent closed the pipe or died) or SIGTERM.
@@ -251,9 +255,10 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
             Some(dir) => {
                 let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
                 let dir = dir.clone();
+                let direct = a.direct;
                 let writer = std::thread::Builder::new()
                     .name("sink-writer".into())
-                    .spawn(move || durable_writer(&dir, &rx))?;
+                    .spawn(move || durable_writer(&dir, direct, &rx))?;
                 // Whole 1 MiB buffers, as the intake hands whole frames to its writers.
                 let mut buf = Vec::with_capacity(1 << 20);
                 loop {
@@ -292,14 +297,16 @@ const SINK_SEGMENT: u64 = 64 << 20;
 /// Creates the sink's segment `i` in `dir`, preallocated, and reads it through once so its
 /// pages are in the page cache before the writer's `pwrite`s reach them (as the received
 /// logs' segments are pre-faulted on a helper thread).
-fn sink_segment(dir: &std::path::Path, i: u64) -> Result<std::fs::File> {
+fn sink_segment(dir: &std::path::Path, i: u64, direct: bool) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     let path = dir.join(format!("{i:06}"));
+    use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .create_new(true)
         .read(true)
         .write(true)
+        .custom_flags(if direct { libc::O_DIRECT } else { 0 })
         .open(&path)
         .with_context(|| format!("creating {}", path.display()))?;
     // SAFETY: plain syscall on a valid fd.
@@ -307,6 +314,10 @@ fn sink_segment(dir: &std::path::Path, i: u64) -> Result<std::fs::File> {
     if rc != 0 {
         let e = std::io::Error::from_raw_os_error(rc);
         return Err(anyhow::Error::new(e).context(format!("preallocating {}", path.display())));
+    }
+    if direct {
+        // Written around the page cache: nothing to read in.
+        return Ok(f);
     }
     let mut scratch = vec![0u8; 1 << 20];
     let mut off = 0u64;
@@ -326,20 +337,31 @@ fn sink_segment(dir: &std::path::Path, i: u64) -> Result<std::fs::File> {
 /// logs are laid out; the next one made ready by a helper thread), `fdatasync`ing every file
 /// written to after each group (every buffer already queued, up to 64 MiB); returns the
 /// bytes written once the last group is synced.
-fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>) -> Result<u64> {
+fn durable_writer(
+    dir: &std::path::Path,
+    direct: bool,
+    rx: &std::sync::mpsc::Receiver<Vec<u8>>,
+) -> Result<u64> {
     use std::os::unix::fs::FileExt;
     let ahead = |i: u64| {
         let dir = dir.to_path_buf();
-        std::thread::spawn(move || sink_segment(&dir, i))
+        std::thread::spawn(move || sink_segment(&dir, i, direct))
     };
     let join = |h: std::thread::JoinHandle<Result<std::fs::File>>| {
         h.join()
             .map_err(|_| anyhow::anyhow!("the sink's segment thread panicked"))?
     };
     let mut n = 0u64;
-    let mut seg = sink_segment(dir, 0)?;
+    let mut seg = sink_segment(dir, 0, direct)?;
     let mut next_seg = ahead(1);
     let mut dirty: Vec<std::fs::File> = Vec::new();
+    // O_DIRECT wants page-aligned memory, offsets and lengths: each buffer is copied into
+    // this one (buffers are whole MiB but the last, which is padded with zeros).
+    let mut aligned = if direct {
+        Some(memmap2::MmapMut::map_anon(1 << 20)?)
+    } else {
+        None
+    };
     while let Ok(first) = rx.recv() {
         let mut group = 0usize;
         let mut next = Some(first);
@@ -348,8 +370,16 @@ fn durable_writer(dir: &std::path::Path, rx: &std::sync::mpsc::Receiver<Vec<u8>>
             while !rest.is_empty() {
                 let off = n % SINK_SEGMENT;
                 let k = rest.len().min((SINK_SEGMENT - off) as usize);
-                seg.write_all_at(&rest[..k], off)
-                    .context("writing a sink segment")?;
+                if let Some(a) = aligned.as_mut() {
+                    let padded = k.next_multiple_of(4096);
+                    a[..k].copy_from_slice(&rest[..k]);
+                    a[k..padded].fill(0);
+                    seg.write_all_at(&a[..padded], off)
+                        .context("writing a sink segment")?;
+                } else {
+                    seg.write_all_at(&rest[..k], off)
+                        .context("writing a sink segment")?;
+                }
                 rest = &rest[k..];
                 n += k as u64;
                 if n % SINK_SEGMENT == 0 {

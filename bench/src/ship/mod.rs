@@ -21,7 +21,8 @@
 //! * raw quinn→disk: the same, but the server keeps the bytes as the intake does: 1 MiB
 //!   buffers written into preallocated, pre-faulted 64 MiB segment files and `fdatasync`ed
 //!   group by group, the answer after the last sync (`__sink --durable-dir`), measured after
-//!   the tidelog runs. What a receiver that only makes the bytes durable costs.
+//!   the tidelog runs. What a receiver that only makes the bytes durable costs. Then raw
+//!   quinn→disk O_DIRECT: the same written around the page cache (`__sink --direct`).
 //! * raw TCP: the same over a loopback TCP connection (`__sink --proto tcp`).
 //! * CPU seconds: utime + stime of each process over the timed interval, from `/proc`, and
 //!   by thread (grouped by name), so it shows where the time goes on the shared cores.
@@ -270,9 +271,11 @@ pub fn run(args: &ShipArgs) -> Result<()> {
     if !args.no_baselines {
         // Last, so that tidelog's first run, not this one, pays for first writes to fresh
         // page-cache memory (on a VM with free page reporting that is a host fault per page).
-        let b = baseline(args, Raw::QuinnDisk, root.path(), &certs, &extents, &source)?;
-        print_baseline(&b);
-        baselines.push(b);
+        for raw in [Raw::QuinnDisk, Raw::QuinnDirect] {
+            let b = baseline(args, raw, root.path(), &certs, &extents, &source)?;
+            print_baseline(&b);
+            baselines.push(b);
+        }
     }
     let load1 = loadavg();
     print_summary(args, &source, &baselines, &runs, &load1);
@@ -501,8 +504,10 @@ impl Drop for Peer {
 enum Raw {
     Tcp,
     Quinn,
-    /// Raw quinn whose receiver appends the bytes to a file and syncs them group by group.
+    /// Raw quinn whose receiver writes the bytes to disk and syncs them group by group.
     QuinnDisk,
+    /// The same, written with `O_DIRECT`.
+    QuinnDirect,
 }
 
 impl Raw {
@@ -511,6 +516,7 @@ impl Raw {
             Raw::Tcp => "raw tcp",
             Raw::Quinn => "raw quinn",
             Raw::QuinnDisk => "raw quinn→disk",
+            Raw::QuinnDirect => "raw quinn→disk O_DIRECT",
         }
     }
 }
@@ -535,16 +541,21 @@ fn baseline(
         args.max_udp_payload.to_string().into(),
     ];
     let disk = root.join("raw-disk");
-    if raw == Raw::QuinnDisk {
+    if matches!(raw, Raw::QuinnDisk | Raw::QuinnDirect) {
         std::fs::create_dir_all(&disk)?;
         peer_args.extend(["--durable-dir".into(), disk.clone().into()]);
+    }
+    if raw == Raw::QuinnDirect {
+        peer_args.push("--direct".into());
     }
     let peer = Peer::spawn(peer_args)?;
     let addr = peer.addr()?;
     let (c0, p0) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
     let (elapsed, n) = match raw {
         Raw::Tcp => tcp_client(addr, extents)?,
-        Raw::Quinn | Raw::QuinnDisk => quinn_client(addr, args.max_udp_payload, certs, extents)?,
+        Raw::Quinn | Raw::QuinnDisk | Raw::QuinnDirect => {
+            quinn_client(addr, args.max_udp_payload, certs, extents)?
+        }
     };
     let (c1, p1) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
     peer.expect("DONE ", Duration::from_secs(30))?;
