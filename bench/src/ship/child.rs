@@ -294,14 +294,13 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
 /// Segment size of the durable sink's files, as the received logs' default.
 const SINK_SEGMENT: u64 = 64 << 20;
 
-/// Creates the sink's segment `i` in `dir`, preallocated, and reads it through once so its
-/// pages are in the page cache before the writer's `pwrite`s reach them (as the received
-/// logs' segments are pre-faulted on a helper thread).
+/// Creates the sink's segment `i` in `dir`, preallocated. Unless `direct`, reads it through
+/// once so its pages are in the page cache before the writer's `pwrite`s reach them (as the
+/// received logs' segments are pre-faulted on a helper thread).
 fn sink_segment(dir: &std::path::Path, i: u64, direct: bool) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::FileExt;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let path = dir.join(format!("{i:06}"));
-    use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .create_new(true)
         .read(true)
@@ -393,9 +392,10 @@ fn durable_writer(
                 next = rx.try_recv().ok();
             }
         }
-        for f in dirty.drain(..).chain(std::iter::once(seg.try_clone()?)) {
+        for f in dirty.iter().chain(std::iter::once(&seg)) {
             f.sync_data().context("syncing a sink segment")?;
         }
+        dirty.clear();
     }
     let _ = join(next_seg);
     Ok(n)
