@@ -227,6 +227,12 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
         ..QuicTuning::default()
     };
     let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
+    // The first segment before `ADDR`: a directory that cannot take it (e.g. no O_DIRECT on
+    // tmpfs) fails the sink at once, not after the client has sent everything.
+    let mut first_segment = match &a.durable_dir {
+        Some(dir) => Some(sink_segment(dir, 0, a.direct)?),
+        None => None,
+    };
     rt.block_on(async move {
         // The same socket as the applier's intake (quic.udp-receive-buffer).
         let (ep, _) = tidelog_applier::intake::server_endpoint(
@@ -256,9 +262,10 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
                 let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
                 let dir = dir.clone();
                 let direct = a.direct;
+                let first = first_segment.take().context("the sink's first segment")?;
                 let writer = std::thread::Builder::new()
                     .name("sink-writer".into())
-                    .spawn(move || durable_writer(&dir, direct, &rx))?;
+                    .spawn(move || durable_writer(&dir, first, direct, &rx))?;
                 // Whole 1 MiB buffers, as the intake hands whole frames to its writers.
                 let mut buf = Vec::with_capacity(1 << 20);
                 loop {
@@ -332,12 +339,14 @@ fn sink_segment(dir: &std::path::Path, i: u64, direct: bool) -> Result<std::fs::
     Ok(f)
 }
 
-/// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN` (as the received
-/// logs are laid out; the next one made ready by a helper thread), `fdatasync`ing every file
+/// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN`, from `first`
+/// (segment 0) on (as the received logs are laid out; the next one made ready by a helper
+/// thread), `fdatasync`ing every file
 /// written to after each group (every buffer already queued, up to 64 MiB); returns the
 /// bytes written once the last group is synced.
 fn durable_writer(
     dir: &std::path::Path,
+    first: std::fs::File,
     direct: bool,
     rx: &std::sync::mpsc::Receiver<Vec<u8>>,
 ) -> Result<u64> {
@@ -351,7 +360,7 @@ fn durable_writer(
             .map_err(|_| anyhow::anyhow!("the sink's segment thread panicked"))?
     };
     let mut n = 0u64;
-    let mut seg = sink_segment(dir, 0, direct)?;
+    let mut seg = first;
     let mut next_seg = ahead(1);
     let mut dirty: Vec<std::fs::File> = Vec::new();
     // O_DIRECT wants page-aligned memory, offsets and lengths: each buffer is copied into
