@@ -187,23 +187,34 @@ mod tests {
         assert_eq!(watchdog_interval(), None, "another process's watchdog");
         std::env::set_var("WATCHDOG_PID", std::process::id().to_string());
         let alive = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let a2 = alive.clone();
+        let failed_checks = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (a2, f2) = (alive.clone(), failed_checks.clone());
         let h = spawn_watchdog(move |limit| {
             assert_eq!(limit, MIN_STALL);
             if a2.load(std::sync::atomic::Ordering::SeqCst) {
                 Ok(())
             } else {
+                f2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 Err("worker x is stuck".into())
             }
         })
         .unwrap();
         assert_eq!(recv().trim(), "WATCHDOG=1");
         assert_eq!(recv().trim(), "WATCHDOG=1");
-        // A stuck worker: no ping for many intervals (drain what was in flight first).
+        // A stuck worker: no ping for many intervals. Once a check has failed, every ping
+        // of an earlier check is already queued (one task checks, then pings): drain them.
         alive.store(false, std::sync::atomic::Ordering::SeqCst);
-        sock.set_read_timeout(Some(Duration::from_millis(30)))
-            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while failed_checks.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the liveness check was not called"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        sock.set_nonblocking(true).unwrap();
         while sock.recv(&mut buf).is_ok() {}
+        sock.set_nonblocking(false).unwrap();
         sock.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         assert!(
@@ -215,6 +226,13 @@ mod tests {
         let n = sock.recv(&mut buf).unwrap();
         assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "WATCHDOG=1");
         h.abort();
+        // Stopped for sure once awaited; pings it sent before that may still be queued.
+        let _ = h.await;
+        sock.set_nonblocking(true).unwrap();
+        while let Ok(n) = sock.recv(&mut buf) {
+            assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "WATCHDOG=1");
+        }
+        sock.set_nonblocking(false).unwrap();
         let st = spawn_status(Duration::from_secs(60), || "lag 3s".into()).unwrap();
         let n = sock.recv(&mut buf).unwrap();
         assert_eq!(String::from_utf8_lossy(&buf[..n]).trim(), "STATUS=lag 3s");
