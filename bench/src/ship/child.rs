@@ -340,10 +340,9 @@ fn sink_segment(dir: &std::path::Path, i: u64, direct: bool) -> Result<std::fs::
 }
 
 /// Writes every buffer into preallocated 64 MiB segment files `dir/NNNNNN`, from `first`
-/// (segment 0) on (as the received logs are laid out; the next one made ready by a helper
-/// thread), `fdatasync`ing every file
-/// written to after each group (every buffer already queued, up to 64 MiB); returns the
-/// bytes written once the last group is synced.
+/// (segment 0) on, as the received logs are laid out; a helper thread makes the next one
+/// ready. After each group (every buffer already queued, up to 64 MiB) it `fdatasync`s each
+/// file written to; returns the bytes written once the last group is synced.
 fn durable_writer(
     dir: &std::path::Path,
     first: std::fs::File,

@@ -277,7 +277,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
                     print_baseline(&b);
                     baselines.push(b);
                 }
-                // Not every filesystem takes O_DIRECT (tmpfs does not): say so and go on.
+                // Not every filesystem takes O_DIRECT (tmpfs before Linux 6.6): say so and go on.
                 Err(e) if raw == Raw::QuinnDirect => {
                     println!("  {}: skipped: {e:#}", raw.name());
                 }
@@ -805,18 +805,17 @@ fn print_summary(
     runs: &[ShipRun],
     load_end: &str,
 ) {
-    let quinn = baselines
-        .iter()
-        .find(|b| b.name == "raw quinn")
-        .map(|b| b.rate.mb_per_s);
-    let tcp = baselines
-        .iter()
-        .find(|b| b.name == "raw tcp")
-        .map(|b| b.rate.mb_per_s);
-    let disk = baselines
-        .iter()
-        .find(|b| b.name == Raw::QuinnDisk.name())
-        .map(|b| b.rate.mb_per_s);
+    let rate_of = |raw: Raw| {
+        baselines
+            .iter()
+            .find(|b| b.name == raw.name())
+            .map(|b| b.rate.mb_per_s)
+    };
+    let (quinn, tcp, disk) = (
+        rate_of(Raw::Quinn),
+        rate_of(Raw::Tcp),
+        rate_of(Raw::QuinnDisk),
+    );
     let ratio =
         |x: f64, base: Option<f64>| base.map_or("-".to_string(), |b| format!("{:.3}×", x / b));
     println!();
