@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -49,6 +49,9 @@ pub struct IntakeOptions {
     pub quic: wire::QuicTuning,
     /// Frames queued per tablet between the stream and its writer thread.
     pub queue_frames: usize,
+    /// Write the received logs with `O_DIRECT` (`WalOptions::direct_io`). Where the file
+    /// system refuses it, the logs are written through the page cache, with a warning.
+    pub direct_io: bool,
 }
 
 impl IntakeOptions {
@@ -61,6 +64,7 @@ impl IntakeOptions {
             applier_id: "tidelog-applier".into(),
             quic: wire::QuicTuning::default(),
             queue_frames: 64,
+            direct_io: false,
         }
     }
 }
@@ -137,6 +141,35 @@ struct Owner {
     shipper_id: String,
     conn_id: u64,
     remote: SocketAddr,
+}
+
+/// Whether the intake is saturated: some tablet's writer thread found frames already
+/// waiting when it had made its last group durable, so the network delivers faster than the
+/// intake makes frames durable. The apply threads can be told to yield to it then
+/// ([`crate::apply::ApplyThreads::yield_to_intake`]): durable receipt (what a disaster
+/// loses) goes before target freshness.
+#[derive(Debug, Default)]
+pub struct IntakePressure {
+    /// Tablets whose writer thread was behind after its last group.
+    behind: AtomicUsize,
+}
+
+impl IntakePressure {
+    pub fn saturated(&self) -> bool {
+        self.behind.load(Ordering::Acquire) > 0
+    }
+
+    /// Records one tablet's state after a group; `was` is its previous state.
+    pub(crate) fn set(&self, was: &mut bool, behind: bool) {
+        if *was != behind {
+            if behind {
+                self.behind.fetch_add(1, Ordering::AcqRel);
+            } else {
+                self.behind.fetch_sub(1, Ordering::AcqRel);
+            }
+            *was = behind;
+        }
+    }
 }
 
 /// One frame on its way to the writer thread.
@@ -294,6 +327,7 @@ struct Shared {
     refusal: Mutex<Option<String>>,
     /// Live shipper connections, so a cutover can close them.
     conns: Mutex<BTreeMap<u64, quinn::Connection>>,
+    pressure: Arc<IntakePressure>,
 }
 
 struct Hook(Option<DurableHook>);
@@ -355,6 +389,7 @@ impl Intake {
             hook: Mutex::new(Hook(hook)),
             refusal: Mutex::new(None),
             conns: Mutex::new(BTreeMap::new()),
+            pressure: Arc::default(),
         });
         for t in tidelog_wal::reader::list_tablets(&root)
             .with_context(|| format!("listing {}", root.display()))?
@@ -369,6 +404,11 @@ impl Intake {
         let i2 = intake.clone();
         tokio::spawn(async move { i2.accept_loop().await });
         Ok(intake)
+    }
+
+    /// Whether the intake is saturated (see [`IntakePressure`]).
+    pub fn pressure(&self) -> Arc<IntakePressure> {
+        self.shared.pressure.clone()
     }
 
     /// The UDP socket's receive buffer: configured and granted (`quic.udp-receive-buffer`).
@@ -497,6 +537,19 @@ impl Intake {
 }
 
 impl Shared {
+    /// Whether the received logs' file system takes `O_DIRECT`; a warning when it does not.
+    fn direct_io_supported(&self, root: &std::path::Path) -> bool {
+        if let Err(e) = std::fs::create_dir_all(root) {
+            tracing::warn!(dir = %root.display(), error = %e, "cannot create the received logs' directory");
+            return false;
+        }
+        let ok = tidelog_wal::direct_io_supported(root);
+        if !ok {
+            tracing::warn!(dir = %root.display(), "the file system refuses O_DIRECT: received logs are written through the page cache");
+        }
+        ok
+    }
+
     /// The tablet's intake, creating it (and its received log) on first use.
     fn tablet(self: &Arc<Self>, t: &TabletId) -> Result<Arc<TabletIntake>> {
         let mut map = lock(&self.tablets);
@@ -508,6 +561,7 @@ impl Shared {
             segment_size: self.opts.segment_size,
             // Written with `append_encoded` only (through the file): nothing to pre-fault.
             prefault: false,
+            direct_io: self.opts.direct_io && self.direct_io_supported(&root),
             ..WalOptions::default()
         };
         let writer = Writer::open(&root, t, wopts)
@@ -611,6 +665,7 @@ fn writer_thread(
 ) {
     let tablet = ti.tablet.clone();
     let mut group: Vec<WriteReq> = Vec::new();
+    let mut behind = false;
     'run: loop {
         ti.heartbeat.beat();
         group.clear();
@@ -713,6 +768,7 @@ fn writer_thread(
         }
         let pos = w.written_pos();
         let ht = w.last_ht().unwrap_or_default();
+        shared.pressure.set(&mut behind, !queue.is_empty());
         ti.received_pos.store(pos.0, Ordering::Release);
         ti.safe_time.store(ht.0, Ordering::Release);
         ti.records.fetch_add(n_records, Ordering::Relaxed);
@@ -735,6 +791,7 @@ fn writer_thread(
             h(&tablet, pos);
         }
     }
+    shared.pressure.set(&mut behind, false);
     // Nothing more is written: a stream blocked on a full queue gets its frame back.
     queue.close();
     if let Err(e) = w.close() {

@@ -294,12 +294,16 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
     opts.sync = cfg.sync;
     opts.segment_size = cfg.segment_size;
+    opts.direct_io = cfg.received_direct_io;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    appliers
+        .threads
+        .yield_to_intake(intake.pressure(), cfg.apply_yield_to_intake);
     if let Some(c) = &cutover {
         intake.refuse(&refusal_reason(c.cut));
     }

@@ -68,6 +68,18 @@ pub struct ApplierConfig {
     /// the RPO) and the apply threads have a busy CPU first; compaction then runs in the
     /// gaps, and the store's own write stalls bound the debt. Default `0`.
     pub store_nice: i32,
+    /// Write the received logs with `O_DIRECT`, around the page cache: the intake then
+    /// spends no CPU copying frames into the page cache and writing them back, and the
+    /// apply stage reads them from the device. Needs a `segment-size` that is a multiple of
+    /// 4KiB. Where the file system refuses `O_DIRECT` the logs are written through the page
+    /// cache, with a warning. Default `false`.
+    pub received_direct_io: bool,
+    /// While the intake is saturated (frames wait for its writer threads), the apply
+    /// threads hold back, each time by at most this long: a bulk catch-up makes the
+    /// received logs durable first (what a disaster loses), and the safe time follows when
+    /// the burst is over, or every this long during a long one. `0s` = never. Default `0s`.
+    #[serde(deserialize_with = "de_duration")]
+    pub apply_yield_to_intake: Duration,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
     /// Default `/etc/tidelog/tls/{ca.pem,applier.pem,applier.key}`.
     #[serde(deserialize_with = "de_tls_applier")]
@@ -354,6 +366,8 @@ impl Default for ApplierConfig {
             apply_threads: 0,
             apply_nice: 0,
             store_nice: 0,
+            received_direct_io: false,
+            apply_yield_to_intake: Duration::ZERO,
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,
@@ -375,8 +389,21 @@ impl ApplierConfig {
                 self.segment_size
             );
         }
+        if self.received_direct_io && self.segment_size % 4096 != 0 {
+            bail!(
+                "key \"segment-size\": {} is not a multiple of 4KiB, which \"received-direct-io = true\" needs",
+                self.segment_size
+            );
+        }
         if self.max_staleness.is_zero() {
             bail!("key \"max-staleness\": must be > 0");
+        }
+        if self.apply_yield_to_intake >= self.max_staleness {
+            bail!(
+                "key \"apply-yield-to-intake\": {:?} must be below max-staleness ({:?}), or consistent reads could fail during every burst",
+                self.apply_yield_to_intake,
+                self.max_staleness
+            );
         }
         if self.binlog_retention.is_zero() {
             bail!("key \"binlog-retention\": must be > 0");

@@ -102,9 +102,12 @@ fn applied_everything(c: &Cluster, ends: &BTreeMap<String, u64>) -> bool {
 #[test]
 fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
     let tmp = tempfile::tempdir().unwrap();
-    let c = Cluster::new(
+    // The received logs are written with O_DIRECT by every other applier, through the
+    // page cache by the rest: each mode recovers what the other left at a SIGKILL.
+    let c = Cluster::with(
         tmp.path(),
         "batch",
+        "received-direct-io = true\n",
         "max-frame-bytes = \"64KiB\"\nwindow-bytes = \"512KiB\"\n",
     );
     let seed: u64 = std::env::var("PIPE_SEED")
@@ -132,12 +135,14 @@ fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
             1 => {
                 applier.kill9();
                 kills.1 += 1;
+                flip_direct_io(&c.applier_cfg);
                 applier = c.start_applier();
             }
             _ => {
                 shipper.kill9();
                 applier.kill9();
                 kills = (kills.0 + 1, kills.1 + 1);
+                flip_direct_io(&c.applier_cfg);
                 applier = c.start_applier();
                 shipper = c.start_shipper();
             }
@@ -268,6 +273,23 @@ fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
 }
 
 /// The durable position in a tablet's control file.
+/// Switches the applier's `received-direct-io` for its next start.
+fn flip_direct_io(cfg: &Path) {
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let flipped = if text.contains("received-direct-io = true") {
+        text.replace("received-direct-io = true", "received-direct-io = false")
+    } else {
+        text.replace("received-direct-io = false", "received-direct-io = true")
+    };
+    assert_ne!(
+        flipped,
+        text,
+        "no received-direct-io key in {}",
+        cfg.display()
+    );
+    std::fs::write(cfg, flipped).unwrap();
+}
+
 fn control_durable(wal: &Path, tablet: &str) -> u64 {
     tidelog_wal::control::ControlView::open(&wal.join(tablet))
         .unwrap()

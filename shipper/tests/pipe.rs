@@ -22,9 +22,19 @@ fn rt() -> tokio::runtime::Runtime {
 }
 
 fn start_intake(rt: &tokio::runtime::Runtime, p: &Pki, dir: &std::path::Path) -> Intake {
+    start_intake_with(rt, p, dir, false)
+}
+
+fn start_intake_with(
+    rt: &tokio::runtime::Runtime,
+    p: &Pki,
+    dir: &std::path::Path,
+    direct_io: bool,
+) -> Intake {
     let mut o = IntakeOptions::new("127.0.0.1:0".parse().unwrap(), dir.to_path_buf());
     o.sync = SyncPolicy::Batch;
     o.segment_size = 96 << 10;
+    o.direct_io = direct_io;
     let _g = rt.enter();
     Intake::start(o, server_tls(p), None).unwrap()
 }
@@ -59,12 +69,12 @@ fn shipper_opts(
     o
 }
 
-fn ships_8_tablets(io: IoChoice, lanes: usize) {
+fn ships_8_tablets(io: IoChoice, lanes: usize, direct_io: bool) {
     let p = pki("t");
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
-    let intake = start_intake(&rt, &p, dst.path());
+    let intake = start_intake_with(&rt, &p, dst.path(), direct_io);
     let addr = intake.local_addr().unwrap();
     let mut writers: Vec<_> = (0..8)
         .map(|i| source(src.path(), &tablet(i), 64 << 10))
@@ -124,12 +134,18 @@ fn ships_8_tablets(io: IoChoice, lanes: usize) {
 
 #[test]
 fn ships_8_tablets_identically_with_io_uring_over_2_lanes() {
-    ships_8_tablets(IoChoice::Auto, 2);
+    ships_8_tablets(IoChoice::Auto, 2, false);
+}
+
+/// The same into received logs written with `O_DIRECT` (`received-direct-io`).
+#[test]
+fn ships_8_tablets_identically_into_direct_io_received_logs() {
+    ships_8_tablets(IoChoice::Auto, 1, true);
 }
 
 #[test]
 fn ships_8_tablets_identically_with_std_reads_over_1_lane() {
-    ships_8_tablets(IoChoice::Std, 1);
+    ships_8_tablets(IoChoice::Std, 1, false);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! a writer opened with [`SyncPolicy::Batch`].
 
 pub mod control;
+mod direct;
 pub mod error;
 pub mod format;
 mod fsutil;
@@ -29,6 +30,7 @@ pub mod time;
 pub mod wire;
 pub mod writer;
 
+pub use direct::supported as direct_io_supported;
 pub use error::{Error, ParseError, Result};
 pub use fsutil::write_atomic_private;
 pub use heartbeat::Heartbeat;

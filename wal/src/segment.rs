@@ -311,6 +311,19 @@ impl MappedSegment {
         .map_err(|e| Error::io("write", &self.path, e))
     }
 
+    /// fdatasync the file (for segments written with `O_DIRECT`, whose bytes are not in
+    /// the mapping's page cache).
+    pub fn sync_data(&self) -> Result<()> {
+        fail::fail_point!("wal::sync::err", |_| Err(Error::io(
+            "fdatasync",
+            &self.path,
+            std::io::Error::other("failpoint wal::sync::err")
+        )));
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("fdatasync", &self.path, e))
+    }
+
     /// msync(MS_SYNC) the record bytes `[from, to)` (offsets in the record area).
     pub fn sync_range(&self, from: usize, to: usize) -> Result<()> {
         if to <= from {

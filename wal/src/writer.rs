@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::control::ControlFile;
+use crate::direct::DirectStage;
 use crate::error::{Error, Result};
 use crate::format::{
     DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
@@ -93,6 +94,13 @@ pub struct WalOptions {
     /// only with [`Writer::append_encoded`] (through the file) gains nothing from it: the
     /// applier's received logs turn it off.
     pub prefault: bool,
+    /// Write the active segment with `O_DIRECT` from an aligned staging buffer, around the
+    /// page cache, and sync with `fdatasync` (module `direct`). For logs written in large
+    /// verbatim runs: the copy into the page cache and its writeback are the cost it saves;
+    /// readers then read from the device. Needs a segment size that is a multiple of
+    /// 4 KiB; a file system that refuses `O_DIRECT` makes [`Writer::open`] fail. Default
+    /// false.
+    pub direct_io: bool,
 }
 
 impl Default for WalOptions {
@@ -104,6 +112,7 @@ impl Default for WalOptions {
             max_retained_bytes: None,
             verify_on_open: false,
             prefault: true,
+            direct_io: false,
         }
     }
 }
@@ -120,6 +129,13 @@ impl WalOptions {
             return Err(Error::Config(format!(
                 "segment size {} is above 1 TiB",
                 self.segment_size
+            )));
+        }
+        if self.direct_io && self.segment_size % crate::direct::BLOCK as u64 != 0 {
+            return Err(Error::Config(format!(
+                "segment size {} is not a multiple of {} bytes, which direct I/O needs",
+                self.segment_size,
+                crate::direct::BLOCK
             )));
         }
         if self.batch_interval.is_zero() {
@@ -158,6 +174,8 @@ struct Shared {
     /// Set (after `SyncState::failed`) when a sync failed, so the `None` commit path can
     /// check for poisoning without taking the lock.
     failed_flag: AtomicBool,
+    /// The segments are written with `O_DIRECT`: synced with `fdatasync`, not `msync`.
+    direct: bool,
 }
 
 impl Shared {
@@ -182,9 +200,12 @@ impl Shared {
             let lo = from.max(seg.first);
             let hi = to.min(seg.limit());
             if lo < hi {
-                if let Err(e) =
+                let synced = if self.direct {
+                    seg.sync_data()
+                } else {
                     seg.sync_range(lo.since(seg.first) as usize, hi.since(seg.first) as usize)
-                {
+                };
+                if let Err(e) = synced {
                     let mut st = self.lock();
                     st.failed = Some(e.to_string());
                     self.failed_flag.store(true, Ordering::Release);
@@ -253,6 +274,9 @@ pub struct Writer {
     prefaulting: Option<JoinHandle<()>>,
     /// Stops the background segment threads (set on close).
     bg_stop: Arc<AtomicBool>,
+    /// With [`WalOptions::direct_io`]: the active segment's staged tail, written with
+    /// `O_DIRECT` (the mapping is then never written through).
+    direct: Option<DirectStage>,
 }
 
 impl Writer {
@@ -297,7 +321,14 @@ impl Writer {
             wake: Condvar::new(),
             control,
             failed_flag: AtomicBool::new(false),
+            direct: opts.direct_io,
         });
+        let direct = if opts.direct_io {
+            let end = (SEGMENT_HEADER_LEN + rec.active_off) as u64;
+            Some(DirectStage::open(&active.path, end)?)
+        } else {
+            None
+        };
         Ok(Writer {
             tablet: tablet.clone(),
             dir,
@@ -316,6 +347,7 @@ impl Writer {
             spare: None,
             prefaulting: None,
             bg_stop: Arc::new(AtomicBool::new(false)),
+            direct,
         })
     }
 
@@ -383,9 +415,15 @@ impl Writer {
             self.rotate()?;
         }
         let pos = self.staged_pos();
-        // SAFETY: we hold the tablet lock and `&mut self`; the range is unstaged space.
-        let dst = unsafe { self.active.data_mut(self.off, total) };
-        rec.encode_at(pos, dst);
+        if let Some(stage) = self.direct.as_mut() {
+            let mut encoded = vec![0u8; total];
+            rec.encode_at(pos, &mut encoded);
+            stage.push(&encoded)?;
+        } else {
+            // SAFETY: we hold the tablet lock and `&mut self`; the range is unstaged space.
+            let dst = unsafe { self.active.data_mut(self.off, total) };
+            rec.encode_at(pos, dst);
+        }
         self.off += total;
         self.staged_ht = Some(rec.ht);
         if self.spare.is_none() && self.off >= self.active.capacity / 4 {
@@ -417,12 +455,25 @@ impl Writer {
         }
         let committed_off = self.committed.since(self.active.first) as usize;
         if self.off > committed_off {
-            // SAFETY: as in `append`; the range is staged, unpublished space.
-            unsafe {
+            if self.direct.is_some() {
+                // Through the file (the kernel keeps it coherent with the direct writes);
+                // the stage is reloaded from it below.
                 self.active
-                    .data_mut(committed_off, self.off - committed_off)
+                    .write_at(committed_off, &vec![0u8; self.off - committed_off])?;
+            } else {
+                // SAFETY: as in `append`; the range is staged, unpublished space.
+                unsafe {
+                    self.active
+                        .data_mut(committed_off, self.off - committed_off)
+                }
+                .fill(0);
             }
-            .fill(0);
+        }
+        if let Some(stage) = self.direct.as_mut() {
+            stage.retarget(
+                &self.active.path,
+                (SEGMENT_HEADER_LEN + committed_off) as u64,
+            )?;
         }
         self.off = committed_off;
         self.staged_ht = self.committed_ht;
@@ -433,6 +484,11 @@ impl Writer {
     /// Returns the new written position.
     pub fn commit(&mut self, sync: SyncPolicy) -> Result<WalPos> {
         let end = self.staged_pos();
+        if let Some(stage) = self.direct.as_mut() {
+            // Readers read the file: the committed bytes must be in it before they are
+            // published.
+            stage.write_out()?;
+        }
         if sync != SyncPolicy::None {
             self.settle_none();
         }
@@ -550,6 +606,10 @@ impl Writer {
             &self.dir,
             std::io::Error::other("failpoint wal::rotate::err")
         )));
+        if let Some(stage) = self.direct.as_mut() {
+            // The sealed segment gets its staged tail before the stage moves on.
+            stage.write_out()?;
+        }
         let seg = match self.take_spare() {
             Some(spare) => {
                 spare.activate_spare(&self.dir, &self.tablet, first, self.durable_segments)?
@@ -562,6 +622,9 @@ impl Writer {
                 self.durable_segments,
             )?,
         };
+        if let Some(stage) = self.direct.as_mut() {
+            stage.retarget(&seg.path, SEGMENT_HEADER_LEN as u64)?;
+        }
         let seg = Arc::new(seg);
         self.settle_none();
         self.shared.lock().segs.push(seg.clone());
@@ -590,7 +653,8 @@ impl Writer {
         let dir = self.dir.clone();
         let size = self.opts.segment_size;
         let write = !self.durable_segments;
-        let prefault = self.opts.prefault;
+        // Direct writes go around the page cache: pages faulted in would only be dropped.
+        let prefault = self.opts.prefault && !self.opts.direct_io;
         let stop = self.bg_stop.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("wal-spare-{}", self.tablet))
@@ -789,8 +853,15 @@ impl Writer {
             // Through the file: verbatim bytes are large runs (a shipper's frames), where
             // faulting the mapping in and write-protecting it for writeback cost more than
             // the copy (BENCHMARKS.md, ship).
-            self.active.write_at(self.off, &bytes[off..off + n])?;
+            match self.direct.as_mut() {
+                Some(stage) => stage.push(&bytes[off..off + n])?,
+                None => self.active.write_at(self.off, &bytes[off..off + n])?,
+            }
             self.off += n;
+            debug_assert!(self
+                .direct
+                .as_ref()
+                .is_none_or(|s| s.end() == (SEGMENT_HEADER_LEN + self.off) as u64));
             off += n;
         }
         if sum.last_ht.is_some() {

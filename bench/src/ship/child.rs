@@ -51,6 +51,12 @@ pub struct ApplierArgs {
     pub apply_nice: i32,
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub store_nice: i32,
+    /// Write the received logs with `O_DIRECT` (the daemon's `received-direct-io`).
+    #[arg(long)]
+    pub direct_io: bool,
+    /// The daemon's `apply-yield-to-intake`, in milliseconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub apply_yield_ms: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -144,11 +150,13 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     };
     let mut o = IntakeOptions::new(a.listen, a.data_dir.clone());
     o.sync = a.sync.policy();
+    o.direct_io = a.direct_io;
     o.quic.max_udp_payload = a.max_udp_payload;
     let intake = {
         let _g = rt.enter();
         Intake::start(o, pki::server(&a.certs_dir)?, Some(hook))?
     };
+    threads.yield_to_intake(intake.pressure(), Duration::from_millis(a.apply_yield_ms));
     let done = exit_flag(&rt);
     let mut out = std::io::stdout().lock();
     writeln!(out, "ADDR {}", intake.local_addr()?)?;

@@ -100,6 +100,13 @@ pub struct ShipArgs {
     /// `store-nice`.
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     store_nice: i32,
+    /// Write the received logs with `O_DIRECT`, as the daemon's `received-direct-io`.
+    #[arg(long)]
+    direct_io: bool,
+    /// Hold the apply threads back while the intake is saturated, each time by at most this
+    /// long, as the daemon's `apply-yield-to-intake` (e.g. `1s`; `0s`: never).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    apply_yield: Duration,
 }
 
 fn parse_io(s: &str) -> Result<IoChoice, String> {
@@ -240,15 +247,17 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         source.write_s
     );
     println!(
-        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}, apply nice {}, store nice {}",
+        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}{}, apply nice {}, store nice {}, apply yield {:?}",
         args.max_udp_payload,
         fmt_bytes(args.frame),
         fmt_bytes(args.window),
         fmt_bytes(QuicTuning::default().stream_receive_window),
         fmt_bytes(QuicTuning::default().receive_window),
         args.sync.name(),
+        if args.direct_io { " O_DIRECT" } else { "" },
         args.apply_nice,
-        args.store_nice
+        args.store_nice,
+        args.apply_yield
     );
     let extents = extents(&wal_dir, &source)?;
     let mut baselines = Vec::new();
@@ -655,23 +664,32 @@ fn ship_run(
         src.tablets
     );
     std::fs::create_dir_all(data)?;
-    let peer = Peer::spawn(vec![
-        "__applier".into(),
-        "--listen".into(),
-        "127.0.0.1:0".into(),
-        "--data-dir".into(),
-        data.into(),
-        "--certs-dir".into(),
-        certs.into(),
-        "--sync".into(),
-        args.sync.name().into(),
-        "--max-udp-payload".into(),
-        args.max_udp_payload.to_string().into(),
-        "--apply-nice".into(),
-        args.apply_nice.to_string().into(),
-        "--store-nice".into(),
-        args.store_nice.to_string().into(),
-    ])?;
+    let peer = Peer::spawn(
+        vec![
+            "__applier".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--data-dir".into(),
+            data.into(),
+            "--certs-dir".into(),
+            certs.into(),
+            "--sync".into(),
+            args.sync.name().into(),
+            "--max-udp-payload".into(),
+            args.max_udp_payload.to_string().into(),
+            "--apply-nice".into(),
+            args.apply_nice.to_string().into(),
+            "--store-nice".into(),
+            args.store_nice.to_string().into(),
+        ]
+        .into_iter()
+        .chain(args.direct_io.then(|| "--direct-io".into()))
+        .chain([
+            "--apply-yield-ms".into(),
+            args.apply_yield.as_millis().to_string().into(),
+        ])
+        .collect(),
+    )?;
     let addr = peer.addr()?;
     let mut o = ShipperOptions::new(wal_dir.to_path_buf(), addr);
     o.shipper_id = "tidelog-bench".into();

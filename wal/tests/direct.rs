@@ -1,0 +1,234 @@
+//! The direct-I/O writer (`WalOptions::direct_io`) against the buffered one: fed the same
+//! appends, commits, rollbacks and reopens, both leave byte-identical segment files, and
+//! readers see the same committed records at every step.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use proptest::prelude::*;
+use tidelog_wal::*;
+
+fn opts(segment_size: u64, direct_io: bool) -> WalOptions {
+    WalOptions {
+        segment_size,
+        direct_io,
+        ..Default::default()
+    }
+}
+
+fn tablet() -> TabletId {
+    "direct".parse().unwrap()
+}
+
+/// Every segment file of the tablet under `root`, by name, with its bytes.
+fn files(root: &Path) -> Vec<(String, Vec<u8>)> {
+    segments(&root.join(tablet().as_str()))
+        .into_iter()
+        .map(|(_, p)| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+fn record(i: u64, ht: u64, size: usize) -> Record {
+    Record::new(
+        HybridTime(ht),
+        Body::Write {
+            ops: vec![Op::put(format!("k{i}"), vec![(i % 251) as u8; size])],
+            trx_id: Some(TrxId::new(7, i + 1)),
+            gtid: None,
+        },
+    )
+}
+
+/// One step applied to both writers.
+#[derive(Clone, Debug)]
+enum Step {
+    /// Records of these value sizes, appended one by one (`append`) or as one verbatim run
+    /// (`append_encoded`).
+    Append {
+        sizes: Vec<usize>,
+        encoded: bool,
+    },
+    Commit(SyncPolicy),
+    Rollback,
+    Reopen,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (prop::collection::vec(0usize..5000, 1..12), any::<bool>())
+            .prop_map(|(sizes, encoded)| Step::Append { sizes, encoded }),
+        3 => prop_oneof![Just(SyncPolicy::Always), Just(SyncPolicy::Batch), Just(SyncPolicy::None)]
+            .prop_map(Step::Commit),
+        1 => Just(Step::Rollback),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn direct_writer_leaves_the_same_files_as_the_buffered_one(
+        steps in prop::collection::vec(step(), 1..40),
+        seg_kib in prop_oneof![Just(16u64), Just(64)],
+    ) {
+        let seg = seg_kib << 10;
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let open = |k: usize| Writer::open(dirs[k].path(), &tablet(), opts(seg, k == 1)).unwrap();
+        let mut ws = [Some(open(0)), Some(open(1))];
+        let mut committed: Vec<(WalPos, Record)> = Vec::new();
+        let mut staged: Vec<(WalPos, Record)> = Vec::new();
+        let (mut ht, mut committed_ht, mut i) = (1000u64, 1000u64, 0u64);
+        for s in steps {
+            match s {
+                Step::Append { sizes, encoded } => {
+                    let start = ws[0].as_ref().unwrap().staged_pos();
+                    let mut at = start;
+                    let mut recs = Vec::new();
+                    for size in sizes {
+                        ht += 1;
+                        i += 1;
+                        let r = record(i, ht, size);
+                        let len = rec_len(&r);
+                        recs.push((at, r));
+                        at = at.add(len);
+                    }
+                    for w in ws.iter_mut().map(|w| w.as_mut().unwrap()) {
+                        prop_assert_eq!(w.staged_pos(), start);
+                        if encoded {
+                            let raw: Vec<u8> = recs.iter().flat_map(|(p, r)| r.encode(*p).unwrap()).collect();
+                            w.append_encoded(&raw).unwrap();
+                        } else {
+                            for (p, r) in &recs {
+                                prop_assert_eq!(w.append(r).unwrap(), *p);
+                            }
+                        }
+                    }
+                    staged.extend(recs);
+                }
+                Step::Commit(policy) => {
+                    for w in ws.iter_mut().map(|w| w.as_mut().unwrap()) {
+                        w.commit(policy).unwrap();
+                    }
+                    committed.append(&mut staged);
+                    committed_ht = ht;
+                }
+                Step::Rollback => {
+                    for w in ws.iter_mut().map(|w| w.as_mut().unwrap()) {
+                        w.rollback().unwrap();
+                    }
+                    staged.clear();
+                    ht = committed_ht;
+                }
+                Step::Reopen => {
+                    // Staged records are rolled back first: left staged at a close, the
+                    // buffered writer's are in the file (and recovered if whole) while the
+                    // direct writer's may still be in its buffer; either is allowed for
+                    // records never committed.
+                    for (k, w) in ws.iter_mut().enumerate() {
+                        w.as_mut().unwrap().rollback().unwrap();
+                        drop(w.take());
+                        *w = Some(open(k));
+                    }
+                    staged.clear();
+                    ht = committed_ht;
+                }
+            }
+            // Readers of both logs see exactly the committed records.
+            for (k, d) in dirs.iter().enumerate() {
+                let got = read_ok(d.path(), &tablet(), ReadLimit::Written, 100_000);
+                prop_assert!(got == committed, "a reader of the {} writer's log saw {} records, {} committed",
+                    ["buffered", "direct"][k], got.len(), committed.len());
+            }
+        }
+        for w in ws.iter_mut().map(|w| w.as_mut().unwrap()) {
+            w.rollback().unwrap();
+        }
+        drop(ws);
+        let (a, b) = (files(dirs[0].path()), files(dirs[1].path()));
+        prop_assert_eq!(a.len(), b.len());
+        for ((na, ba), (nb, bb)) in a.iter().zip(&b) {
+            prop_assert_eq!(na, nb);
+            prop_assert!(ba == bb, "segment {} differs between the buffered and the direct writer", na);
+        }
+    }
+}
+
+/// Runs longer than the direct writer's staging buffer, over several 8 MiB segments, in
+/// 1 MiB frames as a shipper sends them: durable, read back whole, and identical on disk to
+/// the buffered writer's files.
+#[test]
+fn long_verbatim_runs_cross_the_staging_buffer_and_segments() {
+    let seg = 8u64 << 20;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut ws: Vec<Writer> = (0..2)
+        .map(|k| Writer::open(dirs[k].path(), &tablet(), opts(seg, k == 1)).unwrap())
+        .collect();
+    let mut at = WalPos::ZERO;
+    let mut want = Vec::new();
+    let mut frame = Vec::new();
+    for i in 0..30_000u64 {
+        let r = record(i, 1000 + i, 1000);
+        let bytes = r.encode(at).unwrap();
+        want.push((at, r));
+        at = at.add(bytes.len() as u64);
+        frame.extend_from_slice(&bytes);
+        if frame.len() >= 1 << 20 || i == 29_999 {
+            for w in &mut ws {
+                w.append_encoded(&frame).unwrap();
+            }
+            frame.clear();
+            if i % 5 == 0 {
+                for w in &mut ws {
+                    w.commit(SyncPolicy::Always).unwrap();
+                }
+            }
+        }
+    }
+    for w in &mut ws {
+        assert_eq!(w.commit(SyncPolicy::Always).unwrap(), at);
+        assert_eq!(w.durable_pos(), at);
+    }
+    assert!(
+        at.0 > 3 * seg,
+        "the run spans several segments ({} bytes)",
+        at.0
+    );
+    drop(ws);
+    for d in &dirs {
+        let got = read_ok(d.path(), &tablet(), ReadLimit::Durable, 100_000);
+        assert!(
+            got == want,
+            "read back {} of {} records",
+            got.len(),
+            want.len()
+        );
+    }
+    assert!(files(dirs[0].path()) == files(dirs[1].path()));
+    // Reopened, the direct writer recovers the same end and goes on.
+    let mut w = Writer::open(dirs[1].path(), &tablet(), opts(seg, true)).unwrap();
+    assert_eq!(w.written_pos(), at);
+    assert_eq!(w.recovery_report().dropped_bytes, 0);
+    let r = record(30_000, 1000 + 30_000, 10);
+    let p = w.append(&r).unwrap();
+    w.commit(SyncPolicy::Always).unwrap();
+    drop(w);
+    want.push((p, r));
+    let got = read_ok(dirs[1].path(), &tablet(), ReadLimit::Durable, 100_000);
+    assert!(got == want);
+}
+
+/// A segment size that is not a multiple of the direct-I/O block is refused at open, with
+/// a message that says why.
+#[test]
+fn direct_io_needs_block_multiple_segments() {
+    let d = tempfile::tempdir().unwrap();
+    let e = Writer::open(d.path(), &tablet(), opts(64 * 1024 + 512, true)).unwrap_err();
+    assert!(e.to_string().contains("direct I/O"), "{e}");
+}
