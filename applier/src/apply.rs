@@ -50,7 +50,7 @@ use tidelog_wal::{
 use crate::consistency::Consistency;
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
-use crate::intake::IntakePressure;
+use crate::intake::IntakeActivity;
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
 use crate::store::{Durability, Store};
 
@@ -181,7 +181,7 @@ struct Lane {
     /// The thread has ended (normally, or by a panic outside a tablet's step).
     exited: AtomicBool,
     /// Set by [`ApplyThreads::yield_to_intake`].
-    yield_to: OnceLock<(Arc<IntakePressure>, Duration)>,
+    yield_to: OnceLock<(Arc<IntakeActivity>, Duration)>,
 }
 
 /// Marks its lane's thread as ended when dropped (also while unwinding).
@@ -248,17 +248,19 @@ impl ApplyThreads {
         std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).max(2))
     }
 
-    /// While `pressure` says the intake is saturated, the threads hold back their rounds, each
-    /// by at most `max` at a time: a bulk catch-up then makes the received logs durable first
-    /// (what a disaster would lose), and the target's safe time follows when the burst is
-    /// over, or every `max` during a long one. Not while a tablet is being stopped. Set once;
-    /// later calls change nothing.
-    pub fn yield_to_intake(&self, pressure: Arc<IntakePressure>, max: Duration) {
+    /// During a catch-up — a thread's last round applied full batches (the received logs
+    /// are ahead of it) while `activity` says the intake is still making frames durable —
+    /// the thread holds its rounds back, each time by at most `max`: durable receipt (what a
+    /// disaster would lose) gets the CPU first, and the target's safe time follows when the
+    /// burst is over, or every `max` during a long one. A thread that keeps up (partial
+    /// batches) never holds back, nor while a tablet is being stopped. `max` zero: never.
+    /// Set once; later calls change nothing.
+    pub fn yield_to_intake(&self, activity: Arc<IntakeActivity>, max: Duration) {
         if max.is_zero() {
             return;
         }
         for l in &self.lanes {
-            let _ = l.yield_to.set((pressure.clone(), max));
+            let _ = l.yield_to.set((activity.clone(), max));
             l.bell.ring();
         }
     }
@@ -292,8 +294,8 @@ impl Drop for ApplyThreads {
 
 /// What one look at a tablet did.
 enum Step {
-    /// Applied something: look again soon.
-    Worked,
+    /// Applied something: look again soon. `full`: a whole batch (more is likely waiting).
+    Worked { full: bool },
     /// Nothing to do; look again within this long at the latest.
     Idle(Duration),
 }
@@ -301,14 +303,16 @@ enum Step {
 /// An apply thread: one step per tablet per round, asleep only after a round without work.
 fn lane_main(lane: &Lane) {
     let mut tablets: Vec<TabletLoop> = Vec::new();
-    // How long the rounds have been held back for a saturated intake.
+    // How long the rounds have been held back for the intake, and whether the last round
+    // applied a full batch (more was waiting).
     let mut held = Duration::ZERO;
+    let mut behind = false;
     loop {
         tablets.append(&mut lane.inbox.lock().unwrap_or_else(|p| p.into_inner()));
         let shutdown = lane.shutdown.load(Ordering::Acquire);
-        if let Some((pressure, max)) = lane.yield_to.get() {
+        if let Some((activity, max)) = lane.yield_to.get() {
             let stopping = shutdown || tablets.iter().any(|t| t.sh.stop.load(Ordering::Acquire));
-            if !stopping && held < *max && pressure.saturated() {
+            if behind && !stopping && held < *max && activity.receiving() {
                 // Each durable group of the intake rings the bell: the state is looked at
                 // again then, or after YIELD_CHECK at the latest.
                 let t0 = Instant::now();
@@ -321,6 +325,7 @@ fn lane_main(lane: &Lane) {
             held = Duration::ZERO;
         }
         let mut worked = false;
+        behind = false;
         let mut sleep = Duration::from_secs(1);
         tablets.retain_mut(|t| {
             if shutdown || t.sh.stop.load(Ordering::Acquire) {
@@ -330,8 +335,9 @@ fn lane_main(lane: &Lane) {
             let span = t.span.clone();
             let _e = span.enter();
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step())) {
-                Ok(Ok(Step::Worked)) => {
+                Ok(Ok(Step::Worked { full })) => {
                     worked = true;
+                    behind |= full;
                     true
                 }
                 Ok(Ok(Step::Idle(within))) => {
@@ -679,6 +685,7 @@ impl TabletLoop {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));
             }
             let end = Reader::position(r);
+            let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
             // Test hook: a slow apply (`apply::batch=sleep(ms)`).
             fail::fail_point!("apply::batch");
             let started = Instant::now();
@@ -707,7 +714,7 @@ impl TabletLoop {
             if self.dirty && self.last_persist.elapsed() >= cfg.persist_interval {
                 self.persist()?;
             }
-            return Ok(Step::Worked);
+            return Ok(Step::Worked { full });
         }
         let mut within = cfg.poll_interval;
         if self.dirty {
@@ -864,60 +871,105 @@ mod tests {
         w.commit(tidelog_wal::SyncPolicy::Always).unwrap()
     }
 
-    /// While the intake is saturated the apply threads hold back (up to their limit), and
-    /// they apply as soon as it is not.
-    #[test]
-    fn apply_yields_to_a_saturated_intake_until_it_is_not() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("received");
+    /// An intake stand-in that makes a group durable every 20 ms until dropped.
+    struct Receiving(Arc<AtomicBool>, Option<JoinHandle<()>>);
+
+    impl Receiving {
+        fn start(activity: Arc<IntakeActivity>) -> Receiving {
+            let stop = Arc::new(AtomicBool::new(false));
+            let s = stop.clone();
+            let h = std::thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    activity.group_durable();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+            Receiving(stop, Some(h))
+        }
+    }
+
+    impl Drop for Receiving {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+            if let Some(h) = self.1.take() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// A worker on a group told to yield for up to `max`, in batches of 10 records, over a
+    /// log of `n` records; returns it with the log's end and the group.
+    fn yielding_worker(
+        dir: &Path,
+        n: u64,
+        activity: &Arc<IntakeActivity>,
+        max: Duration,
+    ) -> (ApplyWorker, WalPos, Arc<ApplyThreads>) {
+        let root = dir.join("received");
         let t: TabletId = "t1".parse().unwrap();
-        let end = write_log(&root, &t, 50);
-        let store = Arc::new(Store::open(&dir.path().join("store")).unwrap());
+        let end = write_log(&root, &t, n);
+        let store = Arc::new(Store::open(&dir.join("store")).unwrap());
         let group = Arc::new(ApplyThreads::new(1, "apply-yield").unwrap());
-        let pressure = Arc::new(IntakePressure::default());
-        let mut behind = false;
-        pressure.set(&mut behind, true);
-        group.yield_to_intake(pressure.clone(), Duration::from_secs(3600));
+        group.yield_to_intake(activity.clone(), max);
         let cfg = ApplyConfig {
             threads: Some(group.clone()),
+            batch_records: 10,
             ..ApplyConfig::default()
         };
-        let mut w = ApplyWorker::start(store, &root, t, cfg).unwrap();
+        let w = ApplyWorker::start(store, &root, t, cfg).unwrap();
         w.notify();
-        // Held back: nothing applied within a generous window (a negative check; the
-        // positive one below shows the same worker does apply).
+        (w, end, group)
+    }
+
+    /// Behind (full batches) while the intake receives, the apply thread holds back after
+    /// its first batch; once the intake goes quiet it applies the rest.
+    #[test]
+    fn apply_behind_yields_to_a_receiving_intake_until_it_goes_quiet() {
+        let dir = tempfile::tempdir().unwrap();
+        let activity = Arc::new(IntakeActivity::default());
+        let rx = Receiving::start(activity.clone());
+        let (mut w, end, _g) =
+            yielding_worker(dir.path(), 50, &activity, Duration::from_secs(3600));
+        let first = w.wait_applied(WalPos(1), Duration::from_secs(10));
+        assert!(
+            first,
+            "the first batch (the thread is not yet known to be behind) was not applied"
+        );
+        // Held back: the log's end is not reached within a generous window (a negative
+        // check; the positive one below shows the same worker does get there).
         assert!(!w.wait_applied(end, Duration::from_millis(300)));
-        assert_eq!(w.applied_pos(), WalPos::ZERO);
-        pressure.set(&mut behind, false);
-        w.notify();
+        assert!(w.applied_pos() < end);
+        drop(rx);
         assert!(
             w.wait_applied(end, Duration::from_secs(10)),
-            "not applied once the intake caught up"
+            "not applied once the intake went quiet"
         );
         w.stop().unwrap();
     }
 
-    /// A long saturation holds each round back by at most the limit: the log is applied.
+    /// A thread that keeps up (partial batches) never holds back, however busy the intake.
     #[test]
-    fn a_long_saturation_holds_apply_back_by_at_most_the_limit() {
+    fn apply_that_keeps_up_does_not_yield() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("received");
-        let t: TabletId = "t1".parse().unwrap();
-        let end = write_log(&root, &t, 50);
-        let store = Arc::new(Store::open(&dir.path().join("store")).unwrap());
-        let group = Arc::new(ApplyThreads::new(1, "apply-yield").unwrap());
-        let pressure = Arc::new(IntakePressure::default());
-        pressure.set(&mut false, true);
-        group.yield_to_intake(pressure, Duration::from_millis(100));
-        let cfg = ApplyConfig {
-            threads: Some(group.clone()),
-            ..ApplyConfig::default()
-        };
-        let mut w = ApplyWorker::start(store, &root, t, cfg).unwrap();
-        w.notify();
+        let activity = Arc::new(IntakeActivity::default());
+        let _rx = Receiving::start(activity.clone());
+        let (mut w, end, _g) = yielding_worker(dir.path(), 5, &activity, Duration::from_secs(3600));
+        assert!(w.wait_applied(end, Duration::from_secs(10)));
+        w.stop().unwrap();
+    }
+
+    /// A long catch-up holds each round back by at most the limit: the log is applied while
+    /// the intake keeps receiving.
+    #[test]
+    fn a_long_catch_up_holds_apply_back_by_at_most_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let activity = Arc::new(IntakeActivity::default());
+        let _rx = Receiving::start(activity.clone());
+        let (mut w, end, _g) =
+            yielding_worker(dir.path(), 50, &activity, Duration::from_millis(100));
         assert!(
             w.wait_applied(end, Duration::from_secs(10)),
-            "a saturated intake held apply back for good"
+            "a receiving intake held apply back for good"
         );
         w.stop().unwrap();
     }

@@ -97,11 +97,6 @@ impl<T> FrameQueue<T> {
         Ok(())
     }
 
-    /// Whether nothing is queued.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.lock().items.is_empty()
-    }
-
     /// The consumer stops: blocked and later pushes give their item back.
     pub(crate) fn close(&self) {
         let mut g = self.lock();

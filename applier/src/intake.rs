@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -143,32 +143,45 @@ struct Owner {
     remote: SocketAddr,
 }
 
-/// Whether the intake is saturated: some tablet's writer thread found frames already
-/// waiting when it had made its last group durable, so the network delivers faster than the
-/// intake makes frames durable. The apply threads can be told to yield to it then
+/// When the intake last made a group of frames durable. With the apply threads' own state
+/// (their last batches were full: the received logs are ahead of them) it tells a catch-up
+/// in progress, during which the apply threads can be told to hold back
 /// ([`crate::apply::ApplyThreads::yield_to_intake`]): durable receipt (what a disaster
 /// loses) goes before target freshness.
-#[derive(Debug, Default)]
-pub struct IntakePressure {
-    /// Tablets whose writer thread was behind after its last group.
-    behind: AtomicUsize,
+#[derive(Debug)]
+pub struct IntakeActivity {
+    epoch: Instant,
+    /// Milliseconds since `epoch` of the last durable group; 0: none yet.
+    last_group_ms: AtomicU64,
 }
 
-impl IntakePressure {
-    pub fn saturated(&self) -> bool {
-        self.behind.load(Ordering::Acquire) > 0
+impl Default for IntakeActivity {
+    fn default() -> Self {
+        IntakeActivity {
+            epoch: Instant::now(),
+            last_group_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A group made durable within this long counts as the intake receiving.
+const RECEIVING_WINDOW: Duration = Duration::from_millis(100);
+
+impl IntakeActivity {
+    /// Whether a group was made durable within the last 100 ms.
+    pub fn receiving(&self) -> bool {
+        let last = self.last_group_ms.load(Ordering::Relaxed);
+        last > 0 && self.now_ms().saturating_sub(last) < RECEIVING_WINDOW.as_millis() as u64
     }
 
-    /// Records one tablet's state after a group; `was` is its previous state.
-    pub(crate) fn set(&self, was: &mut bool, behind: bool) {
-        if *was != behind {
-            if behind {
-                self.behind.fetch_add(1, Ordering::AcqRel);
-            } else {
-                self.behind.fetch_sub(1, Ordering::AcqRel);
-            }
-            *was = behind;
-        }
+    fn now_ms(&self) -> u64 {
+        // +1: 0 means "never".
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// Records a durable group now.
+    pub(crate) fn group_durable(&self) {
+        self.last_group_ms.store(self.now_ms(), Ordering::Relaxed);
     }
 }
 
@@ -327,7 +340,7 @@ struct Shared {
     refusal: Mutex<Option<String>>,
     /// Live shipper connections, so a cutover can close them.
     conns: Mutex<BTreeMap<u64, quinn::Connection>>,
-    pressure: Arc<IntakePressure>,
+    activity: Arc<IntakeActivity>,
 }
 
 struct Hook(Option<DurableHook>);
@@ -389,7 +402,7 @@ impl Intake {
             hook: Mutex::new(Hook(hook)),
             refusal: Mutex::new(None),
             conns: Mutex::new(BTreeMap::new()),
-            pressure: Arc::default(),
+            activity: Arc::default(),
         });
         for t in tidelog_wal::reader::list_tablets(&root)
             .with_context(|| format!("listing {}", root.display()))?
@@ -406,9 +419,9 @@ impl Intake {
         Ok(intake)
     }
 
-    /// Whether the intake is saturated (see [`IntakePressure`]).
-    pub fn pressure(&self) -> Arc<IntakePressure> {
-        self.shared.pressure.clone()
+    /// When the intake last made frames durable (see [`IntakeActivity`]).
+    pub fn activity(&self) -> Arc<IntakeActivity> {
+        self.shared.activity.clone()
     }
 
     /// The UDP socket's receive buffer: configured and granted (`quic.udp-receive-buffer`).
@@ -665,7 +678,6 @@ fn writer_thread(
 ) {
     let tablet = ti.tablet.clone();
     let mut group: Vec<WriteReq> = Vec::new();
-    let mut behind = false;
     'run: loop {
         ti.heartbeat.beat();
         group.clear();
@@ -768,7 +780,7 @@ fn writer_thread(
         }
         let pos = w.written_pos();
         let ht = w.last_ht().unwrap_or_default();
-        shared.pressure.set(&mut behind, !queue.is_empty());
+        shared.activity.group_durable();
         ti.received_pos.store(pos.0, Ordering::Release);
         ti.safe_time.store(ht.0, Ordering::Release);
         ti.records.fetch_add(n_records, Ordering::Relaxed);
@@ -791,7 +803,6 @@ fn writer_thread(
             h(&tablet, pos);
         }
     }
-    shared.pressure.set(&mut behind, false);
     // Nothing more is written: a stream blocked on a full queue gets its frame back.
     queue.close();
     if let Err(e) = w.close() {

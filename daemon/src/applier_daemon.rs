@@ -303,7 +303,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
     appliers
         .threads
-        .yield_to_intake(intake.pressure(), cfg.apply_yield_to_intake);
+        .yield_to_intake(intake.activity(), cfg.apply_yield_to_intake);
     if let Some(c) = &cutover {
         intake.refuse(&refusal_reason(c.cut));
     }

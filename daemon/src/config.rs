@@ -74,10 +74,11 @@ pub struct ApplierConfig {
     /// 4KiB. Where the file system refuses `O_DIRECT` the logs are written through the page
     /// cache, with a warning. Default `false`.
     pub received_direct_io: bool,
-    /// While the intake is saturated (frames wait for its writer threads), the apply
-    /// threads hold back, each time by at most this long: a bulk catch-up makes the
-    /// received logs durable first (what a disaster loses), and the safe time follows when
-    /// the burst is over, or every this long during a long one. `0s` = never. Default `0s`.
+    /// During a catch-up — the apply threads are behind (full batches) while the intake
+    /// keeps making frames durable — the apply threads hold back, each time by at most this
+    /// long: the received logs are made durable first (what a disaster loses), and the safe
+    /// time follows when the burst is over, or every this long during a long one. Apply
+    /// that keeps up never holds back. `0s` = never. Default `0s`.
     #[serde(deserialize_with = "de_duration")]
     pub apply_yield_to_intake: Duration,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.

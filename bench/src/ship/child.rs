@@ -156,7 +156,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
         let _g = rt.enter();
         Intake::start(o, pki::server(&a.certs_dir)?, Some(hook))?
     };
-    threads.yield_to_intake(intake.pressure(), Duration::from_millis(a.apply_yield_ms));
+    threads.yield_to_intake(intake.activity(), Duration::from_millis(a.apply_yield_ms));
     let done = exit_flag(&rt);
     let mut out = std::io::stdout().lock();
     writeln!(out, "ADDR {}", intake.local_addr()?)?;

@@ -103,8 +103,8 @@ pub struct ShipArgs {
     /// Write the received logs with `O_DIRECT`, as the daemon's `received-direct-io`.
     #[arg(long)]
     direct_io: bool,
-    /// Hold the apply threads back while the intake is saturated, each time by at most this
-    /// long, as the daemon's `apply-yield-to-intake` (e.g. `1s`; `0s`: never).
+    /// Hold the apply threads back during a catch-up, each time by at most this long, as the
+    /// daemon's `apply-yield-to-intake` (e.g. `1s`; `0s`: never).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
     apply_yield: Duration,
 }
