@@ -133,6 +133,9 @@ pub struct E2eArgs {
     /// The applier's `apply-threads` (0: its default, half the cores, at least two).
     #[arg(long, default_value_t = 0)]
     apply_threads: usize,
+    /// The applier's `received-direct-io`: received logs written with `O_DIRECT`.
+    #[arg(long)]
+    received_direct_io: bool,
 }
 
 // ---- child processes ----
@@ -483,6 +486,9 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     }
     if args.apply_threads > 0 {
         extra.push_str(&format!("apply-threads = {}\n", args.apply_threads));
+    }
+    if args.received_direct_io {
+        extra.push_str("received-direct-io = true\n");
     }
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
@@ -907,7 +913,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, received logs {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
@@ -916,6 +922,11 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         match args.apply_threads {
             0 => "default".to_string(),
             n => n.to_string(),
+        },
+        if args.received_direct_io {
+            "O_DIRECT"
+        } else {
+            "buffered"
         },
         fmt_ns(fsync.p50_ns),
         fmt_ns(fsync.p99_ns),

@@ -258,10 +258,8 @@ impl Record {
             pos: U64::new(pos.0),
         };
         head.copy_from_slice(h.as_bytes());
-        // Header bytes 8..32 and the body are contiguous in `out`: one-shot xxh3 over them
-        // equals `RecordHeader::compute_checksum` (streaming over the same bytes) and skips
-        // the streaming hasher's state setup, which dominated the cost for small records.
-        let sum = xxhash_rust::xxh3::xxh3_64(&out[8..]);
+        // Header bytes 8..32 and the body are contiguous in `out`.
+        let sum = crate::format::record_checksum(out);
         out[..8].copy_from_slice(&sum.to_le_bytes());
     }
 
@@ -465,7 +463,7 @@ pub fn parse_record(buf: &[u8], pos: u64) -> Parsed {
     }
     let len = h.len.get() as usize;
     let body = &buf[RECORD_HEADER_LEN..RECORD_HEADER_LEN + len];
-    if h.compute_checksum(body) != h.checksum.get() {
+    if crate::format::record_checksum(&buf[..RECORD_HEADER_LEN + len]) != h.checksum.get() {
         return Parsed::Invalid("record checksum mismatch".into());
     }
     let Some(kind) = Kind::from_u8(h.kind) else {

@@ -681,7 +681,7 @@ pub fn verify_records(
             return Err(err(format!("unknown record kind {}", h.kind)));
         }
         let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if h.compute_checksum(&rest[RECORD_HEADER_LEN..total]) != h.checksum.get() {
+        if crate::format::record_checksum(&rest[..total]) != h.checksum.get() {
             return Err(err("record checksum mismatch".into()));
         }
         let ht = HybridTime(h.ht.get());
