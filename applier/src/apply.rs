@@ -249,8 +249,8 @@ impl ApplyThreads {
     }
 
     /// During a catch-up — a thread's last round applied full batches (the received logs
-    /// are ahead of it) while `activity` says the intake is still making frames durable —
-    /// the thread holds its rounds back, each time by at most `max`: durable receipt (what a
+    /// are ahead of it) while `activity` says shippers are sending a backlog (large frames)
+    /// — the thread holds its rounds back, each time by at most `max`: durable receipt (what a
     /// disaster would lose) gets the CPU first, and the target's safe time follows when the
     /// burst is over, or every `max` during a long one. A thread that keeps up (partial
     /// batches) never holds back, nor while a tablet is being stopped. `max` zero: never.
@@ -312,7 +312,7 @@ fn lane_main(lane: &Lane) {
         let shutdown = lane.shutdown.load(Ordering::Acquire);
         if let Some((activity, max)) = lane.yield_to.get() {
             let stopping = shutdown || tablets.iter().any(|t| t.sh.stop.load(Ordering::Acquire));
-            if behind && !stopping && held < *max && activity.receiving() {
+            if behind && !stopping && held < *max && activity.catching_up() {
                 // Each durable group of the intake rings the bell: the state is looked at
                 // again then, or after YIELD_CHECK at the latest.
                 let t0 = Instant::now();
@@ -880,7 +880,7 @@ mod tests {
             let s = stop.clone();
             let h = std::thread::spawn(move || {
                 while !s.load(Ordering::Relaxed) {
-                    activity.group_durable();
+                    activity.group_durable(crate::intake::BACKLOG_FRAME);
                     std::thread::sleep(Duration::from_millis(20));
                 }
             });

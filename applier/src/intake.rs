@@ -136,6 +136,28 @@ fn tablet_state_all_lists_every_state_once() {
     );
 }
 
+/// Only frames of a backlog's size count as a catch-up, and only for a while.
+#[cfg(test)]
+#[test]
+fn small_frames_are_not_a_catch_up_and_a_large_one_is_for_a_while() {
+    // An epoch well in the past, so that "long ago" can be set below.
+    let a = IntakeActivity {
+        epoch: Instant::now()
+            .checked_sub(Duration::from_secs(10))
+            .unwrap_or_else(Instant::now),
+        last_backlog_ms: AtomicU64::new(0),
+    };
+    assert!(!a.catching_up(), "nothing received yet");
+    a.group_durable(BACKLOG_FRAME - 1);
+    assert!(!a.catching_up(), "a frame below the backlog size");
+    a.group_durable(BACKLOG_FRAME);
+    assert!(a.catching_up());
+    // Moved back past the window, as if made durable long ago.
+    a.last_backlog_ms
+        .store(a.now_ms() - 1000, Ordering::Relaxed);
+    assert!(!a.catching_up(), "a large frame long ago");
+}
+
 #[derive(Clone, Debug)]
 struct Owner {
     shipper_id: String,
@@ -143,35 +165,41 @@ struct Owner {
     remote: SocketAddr,
 }
 
-/// When the intake last made a group of frames durable. With the apply threads' own state
-/// (their last batches were full: the received logs are ahead of them) it tells a catch-up
-/// in progress, during which the apply threads can be told to hold back
-/// ([`crate::apply::ApplyThreads::yield_to_intake`]): durable receipt (what a disaster
-/// loses) goes before target freshness.
+/// When the intake last made a large frame durable: one of at least [`BACKLOG_FRAME`]
+/// bytes, which a shipper sends only when it has that much to send at once — a transfer
+/// that is behind the source (a catch-up after an outage, a bulk load). A shipper that keeps
+/// up sends what was made durable since its last read, frames of a few KiB at tens of
+/// thousands of transactions a second. With the apply threads' own state (their last
+/// batches were full) it tells a catch-up in progress, during which the apply threads can
+/// be told to hold back ([`crate::apply::ApplyThreads::yield_to_intake`]): durable receipt
+/// (what a disaster loses) goes before target freshness.
 #[derive(Debug)]
 pub struct IntakeActivity {
     epoch: Instant,
-    /// Milliseconds since `epoch` of the last durable group; 0: none yet.
-    last_group_ms: AtomicU64,
+    /// Milliseconds since `epoch` (+1) of the last large durable frame; 0: none yet.
+    last_backlog_ms: AtomicU64,
 }
 
 impl Default for IntakeActivity {
     fn default() -> Self {
         IntakeActivity {
             epoch: Instant::now(),
-            last_group_ms: AtomicU64::new(0),
+            last_backlog_ms: AtomicU64::new(0),
         }
     }
 }
 
-/// A group made durable within this long counts as the intake receiving.
-const RECEIVING_WINDOW: Duration = Duration::from_millis(100);
+/// A frame this large shows a shipper sending a backlog (its default frame is 1 MiB).
+pub const BACKLOG_FRAME: usize = 256 << 10;
+/// A large frame made durable within this long counts as a catch-up in progress.
+const BACKLOG_WINDOW: Duration = Duration::from_millis(100);
 
 impl IntakeActivity {
-    /// Whether a group was made durable within the last 100 ms.
-    pub fn receiving(&self) -> bool {
-        let last = self.last_group_ms.load(Ordering::Relaxed);
-        last > 0 && self.now_ms().saturating_sub(last) < RECEIVING_WINDOW.as_millis() as u64
+    /// Whether a frame of at least [`BACKLOG_FRAME`] bytes was made durable within the
+    /// last 100 ms.
+    pub fn catching_up(&self) -> bool {
+        let last = self.last_backlog_ms.load(Ordering::Relaxed);
+        last > 0 && self.now_ms().saturating_sub(last) < BACKLOG_WINDOW.as_millis() as u64
     }
 
     fn now_ms(&self) -> u64 {
@@ -179,9 +207,11 @@ impl IntakeActivity {
         self.epoch.elapsed().as_millis() as u64 + 1
     }
 
-    /// Records a durable group now.
-    pub(crate) fn group_durable(&self) {
-        self.last_group_ms.store(self.now_ms(), Ordering::Relaxed);
+    /// Records a durable group whose largest frame had `largest` payload bytes.
+    pub(crate) fn group_durable(&self, largest: usize) {
+        if largest >= BACKLOG_FRAME {
+            self.last_backlog_ms.store(self.now_ms(), Ordering::Relaxed);
+        }
     }
 }
 
@@ -708,6 +738,7 @@ fn writer_thread(
         let mut failure: Option<String> = None;
         let mut n_records = 0u64;
         let mut n_bytes = 0u64;
+        let mut largest = 0usize;
         for req in group.drain(..) {
             if failure.is_some() {
                 continue;
@@ -737,6 +768,7 @@ fn writer_thread(
                 Ok((n, _)) => {
                     n_records += u64::from(n);
                     n_bytes += req.payload.len() as u64;
+                    largest = largest.max(req.payload.len());
                 }
                 Err(
                     e
@@ -780,7 +812,7 @@ fn writer_thread(
         }
         let pos = w.written_pos();
         let ht = w.last_ht().unwrap_or_default();
-        shared.activity.group_durable();
+        shared.activity.group_durable(largest);
         ti.received_pos.store(pos.0, Ordering::Release);
         ti.safe_time.store(ht.0, Ordering::Release);
         ti.records.fetch_add(n_records, Ordering::Relaxed);

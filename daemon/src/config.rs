@@ -74,11 +74,12 @@ pub struct ApplierConfig {
     /// 4KiB. Where the file system refuses `O_DIRECT` the logs are written through the page
     /// cache, with a warning. Default `false`.
     pub received_direct_io: bool,
-    /// During a catch-up — the apply threads are behind (full batches) while the intake
-    /// keeps making frames durable — the apply threads hold back, each time by at most this
-    /// long: the received logs are made durable first (what a disaster loses), and the safe
-    /// time follows when the burst is over, or every this long during a long one. Apply
-    /// that keeps up never holds back. `0s` = never. Default `0s`.
+    /// During a catch-up — shippers send a backlog (frames of 256 KiB or more) and the
+    /// apply threads are behind (full batches) — the apply threads hold back, each time by
+    /// at most this long: the received logs are made durable first (what a disaster loses),
+    /// and the safe time follows when the backlog is in, or every this long during a long
+    /// one. Neither a shipper that keeps up (small frames) nor apply that keeps up is held
+    /// back. `0s` = never. Default `1s`.
     #[serde(deserialize_with = "de_duration")]
     pub apply_yield_to_intake: Duration,
     /// mTLS: the CA that signs shipper certificates, and this server's certificate and key.
@@ -368,7 +369,7 @@ impl Default for ApplierConfig {
             apply_nice: 0,
             store_nice: 0,
             received_direct_io: false,
-            apply_yield_to_intake: Duration::ZERO,
+            apply_yield_to_intake: Duration::from_secs(1),
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
             metrics_listen: None,

@@ -104,8 +104,8 @@ pub struct ShipArgs {
     #[arg(long)]
     direct_io: bool,
     /// Hold the apply threads back during a catch-up, each time by at most this long, as the
-    /// daemon's `apply-yield-to-intake` (e.g. `1s`; `0s`: never).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    /// daemon's `apply-yield-to-intake` (its default `1s`; `0s`: never).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     apply_yield: Duration,
 }
 
