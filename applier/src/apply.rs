@@ -182,6 +182,21 @@ struct Lane {
     exited: AtomicBool,
     /// Set by [`ApplyThreads::yield_to_intake`].
     yield_to: OnceLock<(Arc<IntakeActivity>, Duration)>,
+    /// The thread is holding back for a catch-up.
+    holding: AtomicBool,
+    /// Shared by the group's threads.
+    held: Arc<AtomicU64>,
+}
+
+/// How the group's threads have held back for catch-ups ([`ApplyThreads::yield_status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct YieldStatus {
+    /// The configured limit of one hold (`None`: never held back).
+    pub limit: Option<Duration>,
+    /// Threads holding back now.
+    pub holding_threads: usize,
+    /// Time held back since start, summed over the threads.
+    pub held_total: Duration,
 }
 
 /// Marks its lane's thread as ended when dropped (also while unwinding).
@@ -212,6 +227,7 @@ impl ApplyThreads {
     pub fn with_nice(n: usize, name: &str, nice: i32) -> Result<ApplyThreads> {
         let mut lanes = Vec::new();
         let mut threads = Vec::new();
+        let held = Arc::new(AtomicU64::new(0));
         for i in 0..n.max(1) {
             let lane = Arc::new(Lane {
                 bell: Doorbell::new(false),
@@ -220,6 +236,8 @@ impl ApplyThreads {
                 shutdown: AtomicBool::new(false),
                 exited: AtomicBool::new(false),
                 yield_to: OnceLock::new(),
+                holding: AtomicBool::new(false),
+                held: held.clone(),
             });
             let l = lane.clone();
             let t = std::thread::Builder::new()
@@ -262,6 +280,28 @@ impl ApplyThreads {
         for l in &self.lanes {
             let _ = l.yield_to.set((activity.clone(), max));
             l.bell.ring();
+        }
+    }
+
+    /// Whether and how long the threads held back for catch-ups (`/v1/status`
+    /// `apply_yield`, metrics).
+    pub fn yield_status(&self) -> YieldStatus {
+        YieldStatus {
+            limit: self
+                .lanes
+                .first()
+                .and_then(|l| l.yield_to.get())
+                .map(|(_, d)| *d),
+            holding_threads: self
+                .lanes
+                .iter()
+                .filter(|l| l.holding.load(Ordering::Relaxed))
+                .count(),
+            held_total: Duration::from_nanos(
+                self.lanes
+                    .first()
+                    .map_or(0, |l| l.held.load(Ordering::Relaxed)),
+            ),
         }
     }
 
@@ -316,13 +356,18 @@ fn lane_main(lane: &Lane) {
                 // Each durable group of the intake rings the bell: the state is looked at
                 // again then, or after YIELD_CHECK at the latest.
                 let t0 = Instant::now();
+                lane.holding.store(true, Ordering::Relaxed);
                 lane.bell.wait((*max - held).min(YIELD_CHECK), || {
                     lane.shutdown.load(Ordering::Acquire)
                 });
-                held += t0.elapsed();
+                let waited = t0.elapsed();
+                held += waited;
+                lane.held
+                    .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }
             held = Duration::ZERO;
+            lane.holding.store(false, Ordering::Relaxed);
         }
         let mut worked = false;
         behind = false;
@@ -928,7 +973,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let activity = Arc::new(IntakeActivity::default());
         let rx = Receiving::start(activity.clone());
-        let (mut w, end, _g) =
+        let (mut w, end, group) =
             yielding_worker(dir.path(), 50, &activity, Duration::from_secs(3600));
         let first = w.wait_applied(WalPos(1), Duration::from_secs(10));
         assert!(
@@ -939,11 +984,16 @@ mod tests {
         // check; the positive one below shows the same worker does get there).
         assert!(!w.wait_applied(end, Duration::from_millis(300)));
         assert!(w.applied_pos() < end);
+        let st = group.yield_status();
+        assert_eq!(st.limit, Some(Duration::from_secs(3600)));
+        assert_eq!(st.holding_threads, 1, "{st:?}");
+        assert!(st.held_total > Duration::ZERO, "{st:?}");
         drop(rx);
         assert!(
             w.wait_applied(end, Duration::from_secs(10)),
             "not applied once the intake went quiet"
         );
+        assert_eq!(group.yield_status().holding_threads, 0);
         w.stop().unwrap();
     }
 

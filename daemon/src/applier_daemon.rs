@@ -95,7 +95,7 @@ pub struct Appliers {
     /// applied_records of each tablet when this process started (for record lag).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
     /// The apply threads the tablets are spread over (`apply-threads`).
-    threads: Arc<ApplyThreads>,
+    pub(crate) threads: Arc<ApplyThreads>,
 }
 
 impl Appliers {
@@ -541,6 +541,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         },
         "apply_nice": apply_nice_json(s.apply_nice),
         "store_nice": store_nice_json(&s.store_nice),
+        "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
         "tablets": rows,
     })))
 }
@@ -550,6 +551,15 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
 fn apply_nice_json(configured: i32) -> Value {
     let (set, refused) = tidelog_applier::priority::stage_nice_counts();
     json!({"configured": configured, "set_threads": set, "refused_threads": refused})
+}
+
+/// `apply-yield-to-intake` and how the apply threads have held back for catch-ups.
+fn apply_yield_json(y: &tidelog_applier::apply::YieldStatus) -> Value {
+    json!({
+        "limit_ms": y.limit.map_or(0, |d| d.as_millis() as u64),
+        "holding_threads": y.holding_threads,
+        "held_ms_total": y.held_total.as_millis() as u64,
+    })
 }
 
 /// `store-nice` and whether the store's workers got it.

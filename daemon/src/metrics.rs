@@ -307,6 +307,27 @@ pub fn applier(s: &ApplierState) -> String {
         &[],
         s.intake.connections_total(),
     );
+    let y = s.appliers.threads.yield_status();
+    m.family(
+        "tidelog_applier_apply_held_back_seconds_total",
+        Kind::Counter,
+        "Time the apply threads held back for a catch-up (apply-yield-to-intake), summed over the threads.",
+    );
+    m.sample(
+        "tidelog_applier_apply_held_back_seconds_total",
+        &[],
+        y.held_total.as_secs_f64(),
+    );
+    m.family(
+        "tidelog_applier_apply_threads_holding_back",
+        Kind::Gauge,
+        "Apply threads holding back for a catch-up now.",
+    );
+    m.sample(
+        "tidelog_applier_apply_threads_holding_back",
+        &[],
+        y.holding_threads,
+    );
     let col = |f: fn(&ApplierRow) -> u64| -> Vec<(String, u64)> {
         rows.iter().map(|r| (r.tablet.clone(), f(r))).collect()
     };

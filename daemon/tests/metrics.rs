@@ -120,6 +120,11 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     });
 
     let a1 = scrape_socket(&c.applier_sock);
+    // The status says the same, with the default limit of one hold.
+    let (_, st) = api(&c.applier_sock, "GET", "/v1/status").expect("status");
+    assert_eq!(st["apply_yield"]["limit_ms"], 1000, "{st}");
+    assert_eq!(st["apply_yield"]["holding_threads"], 0, "{st}");
+    assert_eq!(st["apply_yield"]["held_ms_total"], 0, "{st}");
     let s1 = scrape_socket(&c.shipper_sock);
     promtool_check("applier", &a1);
     promtool_check("shipper", &s1);
@@ -146,6 +151,9 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         "# TYPE tidelog_applier_safe_time_publish_duration_seconds histogram",
         "# TYPE tidelog_applier_trx_status_lookups_total counter",
         "tidelog_applier_trx_status_lookups_total{state=\"COMMITTED\"} 0",
+        "# TYPE tidelog_applier_apply_held_back_seconds_total counter",
+        // Small frames, no catch-up: no apply thread holds back.
+        "tidelog_applier_apply_threads_holding_back 0",
     ] {
         assert!(a1.contains(name), "applier metrics lack {name:?}:\n{a1}");
     }
