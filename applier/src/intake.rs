@@ -371,6 +371,9 @@ struct Shared {
     /// Live shipper connections, so a cutover can close them.
     conns: Mutex<BTreeMap<u64, quinn::Connection>>,
     activity: Arc<IntakeActivity>,
+    /// The received logs are written with `O_DIRECT`: asked for, and the file system takes
+    /// it.
+    direct_io: bool,
 }
 
 struct Hook(Option<DurableHook>);
@@ -422,6 +425,7 @@ impl Intake {
         let ec = crate::tls::endpoint_config(&opts.data_dir)?;
         let (endpoint, rcvbuf) = server_endpoint(opts.listen, ec, sc, opts.quic.udp_receive_buffer)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
+        let direct_io = opts.direct_io && direct_io_supported(&root);
         let shared = Arc::new(Shared {
             opts,
             tablets: Mutex::new(BTreeMap::new()),
@@ -433,6 +437,7 @@ impl Intake {
             refusal: Mutex::new(None),
             conns: Mutex::new(BTreeMap::new()),
             activity: Arc::default(),
+            direct_io,
         });
         for t in tidelog_wal::reader::list_tablets(&root)
             .with_context(|| format!("listing {}", root.display()))?
@@ -447,6 +452,12 @@ impl Intake {
         let i2 = intake.clone();
         tokio::spawn(async move { i2.accept_loop().await });
         Ok(intake)
+    }
+
+    /// Whether the received logs are written with `O_DIRECT` (asked for with
+    /// [`IntakeOptions::direct_io`] and taken by the file system).
+    pub fn direct_io(&self) -> bool {
+        self.shared.direct_io
     }
 
     /// When the intake last made frames durable (see [`IntakeActivity`]).
@@ -579,20 +590,16 @@ impl Intake {
     }
 }
 
-impl Shared {
-    /// Whether the received logs' file system takes `O_DIRECT`; a warning when it does not.
-    fn direct_io_supported(&self, root: &std::path::Path) -> bool {
-        if let Err(e) = std::fs::create_dir_all(root) {
-            tracing::warn!(dir = %root.display(), error = %e, "cannot create the received logs' directory");
-            return false;
-        }
-        let ok = tidelog_wal::direct_io_supported(root);
-        if !ok {
-            tracing::warn!(dir = %root.display(), "the file system refuses O_DIRECT: received logs are written through the page cache");
-        }
-        ok
+/// Whether the received logs' file system takes `O_DIRECT`; a warning when it does not.
+fn direct_io_supported(root: &std::path::Path) -> bool {
+    let ok = tidelog_wal::direct_io_supported(root);
+    if !ok {
+        tracing::warn!(dir = %root.display(), "the file system refuses O_DIRECT: received logs are written through the page cache");
     }
+    ok
+}
 
+impl Shared {
     /// The tablet's intake, creating it (and its received log) on first use.
     fn tablet(self: &Arc<Self>, t: &TabletId) -> Result<Arc<TabletIntake>> {
         let mut map = lock(&self.tablets);
@@ -604,7 +611,7 @@ impl Shared {
             segment_size: self.opts.segment_size,
             // Written with `append_encoded` only (through the file): nothing to pre-fault.
             prefault: false,
-            direct_io: self.opts.direct_io && self.direct_io_supported(&root),
+            direct_io: self.direct_io,
             ..WalOptions::default()
         };
         let writer = Writer::open(&root, t, wopts)

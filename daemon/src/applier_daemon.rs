@@ -216,6 +216,8 @@ pub struct ApplierState {
     pub apply_nice: i32,
     /// `store-nice` as configured, and how many store workers got it (`Err`: why not).
     pub store_nice: (i32, Result<usize, String>),
+    /// `received-direct-io` as configured.
+    pub received_direct_io: bool,
 }
 
 /// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
@@ -343,6 +345,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         cache_size: cfg.cache_size,
         apply_nice: cfg.apply_nice,
         store_nice,
+        received_direct_io: cfg.received_direct_io,
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -542,6 +545,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "apply_nice": apply_nice_json(s.apply_nice),
         "store_nice": store_nice_json(&s.store_nice),
         "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
+        "received_direct_io": {"configured": s.received_direct_io, "in_use": s.intake.direct_io()},
         "tablets": rows,
     })))
 }

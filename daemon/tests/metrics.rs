@@ -125,6 +125,8 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     assert_eq!(st["apply_yield"]["limit_ms"], 1000, "{st}");
     assert_eq!(st["apply_yield"]["holding_threads"], 0, "{st}");
     assert_eq!(st["apply_yield"]["held_ms_total"], 0, "{st}");
+    assert_eq!(st["received_direct_io"]["configured"], false, "{st}");
+    assert_eq!(st["received_direct_io"]["in_use"], false, "{st}");
     let s1 = scrape_socket(&c.shipper_sock);
     promtool_check("applier", &a1);
     promtool_check("shipper", &s1);

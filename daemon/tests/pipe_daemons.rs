@@ -165,6 +165,14 @@ fn sigkill_shipper_and_applier_24_times_nothing_lost_nothing_applied_twice() {
         Duration::from_secs(120),
         || applied_everything(&c, &ends),
     );
+    // The last applier writes its received logs as its config says (this file system
+    // takes O_DIRECT), and its status says so.
+    let direct = std::fs::read_to_string(&c.applier_cfg)
+        .unwrap()
+        .contains("received-direct-io = true");
+    let (_, st) = api(&c.applier_sock, "GET", "/v1/status").expect("the applier's status");
+    assert_eq!(st["received_direct_io"]["configured"], direct, "{st}");
+    assert_eq!(st["received_direct_io"]["in_use"], direct, "{st}");
     // The shipper's status agrees: everything acked, nothing in flight.
     wait_for("the shipper's acks", Duration::from_secs(30), || {
         api(&c.shipper_sock, "GET", "/v1/status").is_some_and(|(_, st)| {
