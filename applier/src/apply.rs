@@ -997,30 +997,31 @@ mod tests {
         w.stop().unwrap();
     }
 
-    /// A thread that keeps up (partial batches) never holds back, however busy the intake.
-    #[test]
-    fn apply_that_keeps_up_does_not_yield() {
+    /// With the intake receiving a backlog throughout, a log of `n` records is applied to
+    /// its end by a group that yields for up to `max`.
+    fn applied_while_receiving(n: u64, max: Duration) -> bool {
         let dir = tempfile::tempdir().unwrap();
         let activity = Arc::new(IntakeActivity::default());
         let _rx = Receiving::start(activity.clone());
-        let (mut w, end, _g) = yielding_worker(dir.path(), 5, &activity, Duration::from_secs(3600));
-        assert!(w.wait_applied(end, Duration::from_secs(10)));
+        let (mut w, end, _g) = yielding_worker(dir.path(), n, &activity, max);
+        let applied = w.wait_applied(end, Duration::from_secs(10));
         w.stop().unwrap();
+        applied
+    }
+
+    /// A thread that keeps up (partial batches) never holds back, however busy the intake.
+    #[test]
+    fn apply_that_keeps_up_does_not_yield() {
+        assert!(applied_while_receiving(5, Duration::from_secs(3600)));
     }
 
     /// A long catch-up holds each round back by at most the limit: the log is applied while
     /// the intake keeps receiving.
     #[test]
     fn a_long_catch_up_holds_apply_back_by_at_most_the_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let activity = Arc::new(IntakeActivity::default());
-        let _rx = Receiving::start(activity.clone());
-        let (mut w, end, _g) =
-            yielding_worker(dir.path(), 50, &activity, Duration::from_millis(100));
         assert!(
-            w.wait_applied(end, Duration::from_secs(10)),
+            applied_while_receiving(50, Duration::from_millis(100)),
             "a receiving intake held apply back for good"
         );
-        w.stop().unwrap();
     }
 }
