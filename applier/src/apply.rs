@@ -184,8 +184,8 @@ struct Lane {
     yield_to: OnceLock<(Arc<IntakeActivity>, Duration)>,
     /// The thread is holding back for a catch-up.
     holding: AtomicBool,
-    /// Shared by the group's threads.
-    held: Arc<AtomicU64>,
+    /// Nanoseconds held back since start.
+    held_ns: AtomicU64,
 }
 
 /// How the group's threads have held back for catch-ups ([`ApplyThreads::yield_status`]).
@@ -227,7 +227,6 @@ impl ApplyThreads {
     pub fn with_nice(n: usize, name: &str, nice: i32) -> Result<ApplyThreads> {
         let mut lanes = Vec::new();
         let mut threads = Vec::new();
-        let held = Arc::new(AtomicU64::new(0));
         for i in 0..n.max(1) {
             let lane = Arc::new(Lane {
                 bell: Doorbell::new(false),
@@ -237,7 +236,7 @@ impl ApplyThreads {
                 exited: AtomicBool::new(false),
                 yield_to: OnceLock::new(),
                 holding: AtomicBool::new(false),
-                held: held.clone(),
+                held_ns: AtomicU64::new(0),
             });
             let l = lane.clone();
             let t = std::thread::Builder::new()
@@ -299,8 +298,9 @@ impl ApplyThreads {
                 .count(),
             held_total: Duration::from_nanos(
                 self.lanes
-                    .first()
-                    .map_or(0, |l| l.held.load(Ordering::Relaxed)),
+                    .iter()
+                    .map(|l| l.held_ns.load(Ordering::Relaxed))
+                    .sum(),
             ),
         }
     }
@@ -362,7 +362,7 @@ fn lane_main(lane: &Lane) {
                 });
                 let waited = t0.elapsed();
                 held += waited;
-                lane.held
+                lane.held_ns
                     .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
                 continue;
             }

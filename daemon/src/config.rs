@@ -984,6 +984,12 @@ ship-unsynced = true
                 "expect-tablets",
                 "tablet \"t1\" is listed more than once",
             ),
+            ("received-direct-io = \"yes\"", "received-direct-io", ""),
+            (
+                "apply-yield-to-intake = \"a while\"",
+                "apply-yield-to-intake",
+                "invalid duration",
+            ),
         ];
         for (text, key, what) in cases {
             let e = applier(text).unwrap_err();

@@ -268,6 +268,25 @@ fn out_of_bounds_values_are_refused_naming_the_key() {
         false,
     );
     s.accepted("apply", "expect-tablets = [\"t1\", \"t2\"]");
+    s.refused(
+        "apply",
+        "received-direct-io = true\nsegment-size = 100000",
+        "segment-size",
+        &["100000", "multiple of 4KiB", "received-direct-io"],
+        false,
+    );
+    s.accepted(
+        "apply",
+        "received-direct-io = true\nsegment-size = \"128KiB\"",
+    );
+    s.refused(
+        "apply",
+        "max-staleness = \"1s\"\napply-yield-to-intake = \"2s\"",
+        "apply-yield-to-intake",
+        &["below max-staleness"],
+        false,
+    );
+    s.accepted("apply", "apply-yield-to-intake = \"0s\"");
 }
 
 /// `--check` loads the `[tls]` PEM files and builds the TLS configuration the daemon would
