@@ -98,8 +98,9 @@ pub struct WalOptions {
     /// page cache, and sync with `fdatasync` (module `direct`). For logs written in large
     /// verbatim runs: the copy into the page cache and its writeback are the cost it saves;
     /// readers then read from the device. Needs a segment size that is a multiple of
-    /// 4 KiB; a file system that refuses `O_DIRECT` makes [`Writer::open`] fail. Default
-    /// false.
+    /// 4 KiB (an active segment made earlier with another size is finished through the
+    /// page cache); a file system that refuses `O_DIRECT` makes [`Writer::open`] fail.
+    /// Default false.
     pub direct_io: bool,
 }
 
@@ -323,13 +324,7 @@ impl Writer {
             failed_flag: AtomicBool::new(false),
             direct: opts.direct_io,
         });
-        let direct = if opts.direct_io {
-            let end = (SEGMENT_HEADER_LEN + rec.active_off) as u64;
-            Some(DirectStage::open(&active.path, end)?)
-        } else {
-            None
-        };
-        Ok(Writer {
+        let mut w = Writer {
             tablet: tablet.clone(),
             dir,
             opts,
@@ -347,8 +342,33 @@ impl Writer {
             spare: None,
             prefaulting: None,
             bg_stop: Arc::new(AtomicBool::new(false)),
-            direct,
-        })
+            direct: None,
+        };
+        w.restage(w.off)?;
+        Ok(w)
+    }
+
+    /// With [`WalOptions::direct_io`]: stages the active segment from record offset `off`.
+    /// A segment whose file is not a whole number of blocks (made with another segment size
+    /// before direct I/O was turned on) is written through the page cache instead, until
+    /// the next rotation: a padded block would grow its file.
+    fn restage(&mut self, off: usize) -> Result<()> {
+        if !self.opts.direct_io {
+            return Ok(());
+        }
+        let file_len = self.active.capacity + SEGMENT_HEADER_LEN;
+        if file_len % crate::direct::BLOCK != 0 {
+            self.direct = None;
+            return Ok(());
+        }
+        let end = (SEGMENT_HEADER_LEN + off) as u64;
+        match self.direct.as_mut() {
+            Some(stage) => stage.retarget(&self.active.path, end),
+            None => {
+                self.direct = Some(DirectStage::open(&self.active.path, end)?);
+                Ok(())
+            }
+        }
     }
 
     pub fn tablet(&self) -> &TabletId {
@@ -469,13 +489,8 @@ impl Writer {
                 .fill(0);
             }
         }
-        if let Some(stage) = self.direct.as_mut() {
-            stage.retarget(
-                &self.active.path,
-                (SEGMENT_HEADER_LEN + committed_off) as u64,
-            )?;
-        }
         self.off = committed_off;
+        self.restage(committed_off)?;
         self.staged_ht = self.committed_ht;
         Ok(())
     }
@@ -622,15 +637,13 @@ impl Writer {
                 self.durable_segments,
             )?,
         };
-        if let Some(stage) = self.direct.as_mut() {
-            stage.retarget(&seg.path, SEGMENT_HEADER_LEN as u64)?;
-        }
         let seg = Arc::new(seg);
         self.settle_none();
         self.shared.lock().segs.push(seg.clone());
         self.active = seg;
         self.segments.push(first);
         self.off = 0;
+        self.restage(0)?;
         if let Err(e) = self.enforce_retention() {
             tracing::warn!(tablet = %self.tablet, error = %e, "retention failed; segments kept");
         }
