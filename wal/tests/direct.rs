@@ -45,6 +45,17 @@ fn record(i: u64, ht: u64, size: usize) -> Record {
     )
 }
 
+/// Readers of the log under `root` see exactly `want`, up to the durable end.
+fn assert_reads_back(root: &Path, want: &[(WalPos, Record)]) {
+    let got = read_ok(root, &tablet(), ReadLimit::Durable, 100_000);
+    assert!(
+        got == want,
+        "read back {} of {} records",
+        got.len(),
+        want.len()
+    );
+}
+
 /// One step applied to both writers.
 #[derive(Clone, Debug)]
 enum Step {
@@ -202,13 +213,7 @@ fn long_verbatim_runs_cross_the_staging_buffer_and_segments() {
     );
     drop(ws);
     for d in &dirs {
-        let got = read_ok(d.path(), &tablet(), ReadLimit::Durable, 100_000);
-        assert!(
-            got == want,
-            "read back {} of {} records",
-            got.len(),
-            want.len()
-        );
+        assert_reads_back(d.path(), &want);
     }
     assert!(files(dirs[0].path()) == files(dirs[1].path()));
     // Reopened, the direct writer recovers the same end and goes on.
@@ -220,8 +225,7 @@ fn long_verbatim_runs_cross_the_staging_buffer_and_segments() {
     w.commit(SyncPolicy::Always).unwrap();
     drop(w);
     want.push((p, r));
-    let got = read_ok(dirs[1].path(), &tablet(), ReadLimit::Durable, 100_000);
-    assert!(got == want);
+    assert_reads_back(dirs[1].path(), &want);
 }
 
 /// A log written through the page cache with segments of an odd size, reopened with direct
@@ -256,13 +260,7 @@ fn an_odd_sized_segment_from_before_is_finished_through_the_page_cache() {
     for (_, p) in &segs[1..] {
         assert_eq!(std::fs::metadata(p).unwrap().len(), 64 * 1024);
     }
-    let got = read_ok(d.path(), &tablet(), ReadLimit::Durable, 100_000);
-    assert!(
-        got == want,
-        "read back {} of {} records",
-        got.len(),
-        want.len()
-    );
+    assert_reads_back(d.path(), &want);
     let w = Writer::open(d.path(), &tablet(), opts(64 * 1024, true)).unwrap();
     assert_eq!(w.recovery_report().dropped_bytes, 0);
 }
