@@ -136,6 +136,9 @@ pub struct E2eArgs {
     /// The applier's `received-direct-io`: received logs written with `O_DIRECT`.
     #[arg(long)]
     received_direct_io: bool,
+    /// The applier's `apply-yield-to-intake` (default: the daemon's, `1s`; `0s`: never).
+    #[arg(long)]
+    apply_yield: Option<String>,
 }
 
 // ---- child processes ----
@@ -489,6 +492,9 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     }
     if args.received_direct_io {
         extra.push_str("received-direct-io = true\n");
+    }
+    if let Some(y) = &args.apply_yield {
+        extra.push_str(&format!("apply-yield-to-intake = {y:?}\n"));
     }
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
