@@ -137,8 +137,8 @@ pub struct E2eArgs {
     #[arg(long)]
     received_direct_io: bool,
     /// The applier's `apply-yield-to-intake` (default: the daemon's, `1s`; `0s`: never).
-    #[arg(long)]
-    apply_yield: Option<String>,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    apply_yield: Option<Duration>,
 }
 
 // ---- child processes ----
@@ -493,8 +493,11 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     if args.received_direct_io {
         extra.push_str("received-direct-io = true\n");
     }
-    if let Some(y) = &args.apply_yield {
-        extra.push_str(&format!("apply-yield-to-intake = {y:?}\n"));
+    if let Some(y) = args.apply_yield {
+        extra.push_str(&format!(
+            "apply-yield-to-intake = \"{}ms\"\n",
+            y.as_millis()
+        ));
     }
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
