@@ -1126,9 +1126,14 @@ async fn ship_stream(
             }
             match tail.read(pos, &mut buf, max).await {
                 Ok(Some(chunk)) => {
-                    let payload = &buf[..chunk.len];
+                    // The read buffer itself becomes the frame's payload in quinn's send
+                    // queue (`write_chunk`), so the bytes are not copied once more on their
+                    // way to the packets; the next read gets a fresh buffer.
+                    let mut payload =
+                        bytes::Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(max)));
+                    payload.truncate(chunk.len);
                     let head =
-                        wire::encode_data_head(&tablet, pos, chunk.last_ht, chunk.count, payload);
+                        wire::encode_data_head(&tablet, pos, chunk.last_ht, chunk.count, &payload);
                     // Test hook: one frame whose payload does not match its checksum.
                     let corrupt = (|| {
                         fail::fail_point!("shipper::corrupt_frame", |_| true);
@@ -1142,7 +1147,7 @@ async fn ship_stream(
                         }
                         send.write_all(&bad).await?;
                     } else {
-                        send.write_all(payload).await?;
+                        send.write_chunk(payload).await?;
                     }
                     frames
                         .borrow_mut()
