@@ -57,7 +57,7 @@ impl SegmentHeader {
     }
 
     pub fn compute_checksum(&self) -> u64 {
-        xxhash_rust::xxh3::xxh3_64(&self.as_bytes()[..SEGMENT_HEADER_LEN - 8])
+        crate::hash::xxh3_64(&self.as_bytes()[..SEGMENT_HEADER_LEN - 8])
     }
 
     /// Checks magic, version, checksum and lengths; returns the reason it is invalid.
@@ -160,7 +160,7 @@ const _: () = assert!(size_of::<RecordHeader>() == RECORD_HEADER_LEN);
 /// hasher, header and body apart, the value is the same; its state setup made verifying
 /// 1 KiB records 2–3× dearer, BENCHMARKS.md.)
 pub fn record_checksum(record: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(record.get(8..).unwrap_or_default())
+    crate::hash::xxh3_64(record.get(8..).unwrap_or_default())
 }
 
 /// Longest key in an op.
@@ -199,7 +199,7 @@ mod tests {
                 .collect();
             rec[..8].fill(0);
             let (h, body) = RecordHeader::read_from_prefix(&rec).unwrap();
-            let mut streaming = xxhash_rust::xxh3::Xxh3::new();
+            let mut streaming = crate::hash::Xxh3::new();
             streaming.update(&h.as_bytes()[8..]);
             streaming.update(body);
             assert_eq!(

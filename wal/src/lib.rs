@@ -16,6 +16,7 @@ mod direct;
 pub mod error;
 pub mod format;
 mod fsutil;
+pub mod hash;
 pub mod heartbeat;
 pub mod ids;
 pub mod json;

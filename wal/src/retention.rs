@@ -25,7 +25,7 @@ pub fn write_acked(tablet_dir: &Path, pos: WalPos) -> Result<()> {
     let mut b = [0u8; ACKED_LEN];
     b[..8].copy_from_slice(&ACKED_MAGIC);
     b[8..16].copy_from_slice(&pos.0.to_le_bytes());
-    let sum = xxhash_rust::xxh3::xxh3_64(&b[..16]);
+    let sum = crate::hash::xxh3_64(&b[..16]);
     b[16..].copy_from_slice(&sum.to_le_bytes());
     fsutil::write_atomic(&tablet_dir.join(ACKED_FILE), &b)
 }
@@ -58,7 +58,7 @@ pub fn read_acked(tablet_dir: &Path) -> Result<Option<WalPos>> {
     }
     let mut sum = [0u8; 8];
     sum.copy_from_slice(&b[16..24]);
-    if u64::from_le_bytes(sum) != xxhash_rust::xxh3::xxh3_64(&b[..16]) {
+    if u64::from_le_bytes(sum) != crate::hash::xxh3_64(&b[..16]) {
         return Err(corrupt("acked file checksum mismatch"));
     }
     let mut p = [0u8; 8];

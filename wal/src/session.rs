@@ -192,7 +192,7 @@ fn encode_state(next: u64) -> [u8; CONNECT_ID_STATE_LEN] {
     let mut out = [0u8; CONNECT_ID_STATE_LEN];
     out[0..8].copy_from_slice(&CONNECT_ID_MAGIC);
     out[8..16].copy_from_slice(&next.to_le_bytes());
-    let sum = xxhash_rust::xxh3::xxh3_64(&out[0..16]);
+    let sum = crate::hash::xxh3_64(&out[0..16]);
     out[16..24].copy_from_slice(&sum.to_le_bytes());
     out
 }
@@ -228,7 +228,7 @@ fn decode_state(bytes: &[u8], path: &Path) -> Result<u64> {
     let (Some(next), Some(stored)) = (le_u64(&bytes[8..16]), le_u64(&bytes[16..24])) else {
         return Err(corrupt(path, 8, "connect id state file is cut short"));
     };
-    let computed = xxhash_rust::xxh3::xxh3_64(&bytes[0..16]);
+    let computed = crate::hash::xxh3_64(&bytes[0..16]);
     if stored != computed {
         return Err(corrupt(
             path,

@@ -16,8 +16,8 @@
 //!   applier → shipper   Ack { durable } ...    or    Error { code, message }
 //! ```
 
+use crate::hash::xxh3_64;
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::xxh3_64;
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
@@ -625,7 +625,7 @@ fn data_head(
         reserved: U16::new(0),
         tablet: t,
     };
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = crate::hash::Xxh3::new();
     hasher.update(dh.as_bytes());
     hasher.update(payload);
     let h = make_header(kind, DATA_HEADER_LEN + payload.len(), hasher.digest());
