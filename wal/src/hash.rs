@@ -30,6 +30,12 @@ impl Xxh3 {
     }
 }
 
+impl std::fmt::Debug for Xxh3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Xxh3").finish_non_exhaustive()
+    }
+}
+
 impl Default for Xxh3 {
     fn default() -> Self {
         Xxh3::new()
