@@ -858,26 +858,59 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
         Err(e) => return Err(e.into()),
     }
     let (kind, len, sum) = wire::decode_header(&head)?;
-    // Filled chunk by chunk (one copy out of quinn's buffers, no zeroing first: frames are
-    // up to a few MiB).
-    let mut body = Vec::with_capacity(len);
+    // One copy out of quinn's buffers, no zeroing first (frames are up to a few MiB), and
+    // as many of its chunks per call as have arrived: each call takes the connection's lock,
+    // which its driver, on the other runtime thread, holds while it decrypts packets.
+    let mut body = bytes::BytesMut::with_capacity(len);
     while body.len() < len {
-        match recv.read_chunk(len - body.len(), true).await? {
-            Some(c) => body.extend_from_slice(&c.bytes),
-            None => anyhow::bail!(
+        use bytes::BufMut;
+        use tokio::io::AsyncReadExt;
+        let want = len - body.len();
+        let n = recv
+            .read_buf(&mut (&mut body).limit(want))
+            .await
+            .map_err(read_error)?;
+        if n == 0 {
+            anyhow::bail!(
                 "the stream ended {} bytes into a {len}-byte {kind:?} message body",
                 body.len()
-            ),
+            );
         }
     }
     let msg = wire::decode_body(kind, &body, sum)?;
-    let body = Bytes::from(body);
+    let body = body.freeze();
     let payload = if kind == MsgKind::Data {
         body.slice(wire::DATA_HEADER_LEN..)
     } else {
         Bytes::new()
     };
     Ok(Some((msg, payload)))
+}
+
+/// quinn's read error back out of the `std::io::Error` its `AsyncRead` wraps it in, so a
+/// stream or connection that ended is told apart from a bad frame.
+fn read_error(e: std::io::Error) -> anyhow::Error {
+    if e.get_ref().is_some_and(|i| i.is::<quinn::ReadError>()) {
+        if let Some(Ok(r)) = e.into_inner().map(|i| i.downcast::<quinn::ReadError>()) {
+            return anyhow::Error::from(*r);
+        }
+        return anyhow::anyhow!("reading the stream failed");
+    }
+    anyhow::Error::from(e).context("reading the stream")
+}
+
+#[cfg(test)]
+#[test]
+fn a_stream_that_ended_is_still_told_apart_through_async_read() {
+    let io: std::io::Error = quinn::ReadError::Reset(quinn::VarInt::from_u32(7)).into();
+    let e = read_error(io);
+    assert!(matches!(
+        e.downcast_ref::<quinn::ReadError>(),
+        Some(quinn::ReadError::Reset(_))
+    ));
+    let e = read_error(std::io::Error::other("something else"));
+    assert!(e.downcast_ref::<quinn::ReadError>().is_none());
+    assert!(format!("{e:#}").contains("something else"));
 }
 
 async fn serve_connection(
