@@ -823,7 +823,7 @@ fn mem_available() -> u64 {
 /// gigabytes of files on a filesystem mounted with `discard` keeps the device busy (and
 /// the journal's commits slow) for seconds after `sync`, which would otherwise land in the
 /// p99 of whichever sync phase runs next.
-fn settle_device() {
+pub(crate) fn settle_device() {
     fn sample() -> Option<Vec<u64>> {
         let s = std::fs::read_to_string("/proc/diskstats").ok()?;
         let mut v = Vec::new();
@@ -856,7 +856,7 @@ fn settle_device() {
     }
 }
 
-fn sync_all() {
+pub(crate) fn sync_all() {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
 }
