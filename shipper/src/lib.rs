@@ -1009,6 +1009,43 @@ async fn write_acked(dir: PathBuf, pos: WalPos) {
 }
 
 /// One stream: Open, the resume Ack, then frames until an error or shutdown.
+/// The first `len` bytes of the read buffer as a frame's payload for quinn's send queue
+/// (`write_chunk`). A frame of at least half the largest size takes the buffer itself, so
+/// its bytes are not copied once more on their way to the packets, and `buf` gets a fresh
+/// one; a smaller frame is copied out, so that a frame never holds more than twice its size
+/// in memory while it waits for its ack.
+fn frame_payload(buf: &mut Vec<u8>, len: usize, max: usize) -> bytes::Bytes {
+    if len >= max / 2 {
+        let mut p = bytes::Bytes::from(std::mem::replace(buf, Vec::with_capacity(max)));
+        p.truncate(len);
+        p
+    } else {
+        bytes::Bytes::copy_from_slice(&buf[..len])
+    }
+}
+
+#[test]
+fn large_frames_take_the_read_buffer_and_small_ones_are_copied() {
+    let max = 1 << 20;
+    let mut buf = vec![7u8; max];
+    let ptr = buf.as_ptr();
+    let p = frame_payload(&mut buf, max - 10, max);
+    assert_eq!(
+        p.as_ptr(),
+        ptr,
+        "a large frame is the read buffer, not a copy"
+    );
+    assert_eq!(p.len(), max - 10);
+    assert_ne!(buf.as_ptr(), ptr);
+    assert!(buf.capacity() >= max && buf.is_empty());
+    buf.resize(max, 9);
+    let ptr = buf.as_ptr();
+    let p = frame_payload(&mut buf, 100, max);
+    assert_ne!(p.as_ptr(), ptr, "a small frame is copied out");
+    assert_eq!(&p[..], &[9u8; 100][..]);
+    assert_eq!(buf.as_ptr(), ptr, "and the read buffer is kept");
+}
+
 async fn ship_stream(
     shared: &Arc<Shared>,
     conn: &quinn::Connection,
@@ -1126,12 +1163,7 @@ async fn ship_stream(
             }
             match tail.read(pos, &mut buf, max).await {
                 Ok(Some(chunk)) => {
-                    // The read buffer itself becomes the frame's payload in quinn's send
-                    // queue (`write_chunk`), so the bytes are not copied once more on their
-                    // way to the packets; the next read gets a fresh buffer.
-                    let mut payload =
-                        bytes::Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(max)));
-                    payload.truncate(chunk.len);
+                    let payload = frame_payload(&mut buf, chunk.len, max);
                     let head =
                         wire::encode_data_head(&tablet, pos, chunk.last_ht, chunk.count, &payload);
                     // Test hook: one frame whose payload does not match its checksum.
