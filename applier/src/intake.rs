@@ -890,13 +890,10 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
 /// quinn's read error back out of the `std::io::Error` its `AsyncRead` wraps it in, so a
 /// stream or connection that ended is told apart from a bad frame.
 fn read_error(e: std::io::Error) -> anyhow::Error {
-    if e.get_ref().is_some_and(|i| i.is::<quinn::ReadError>()) {
-        if let Some(Ok(r)) = e.into_inner().map(|i| i.downcast::<quinn::ReadError>()) {
-            return anyhow::Error::from(*r);
-        }
-        return anyhow::anyhow!("reading the stream failed");
+    match e.downcast::<quinn::ReadError>() {
+        Ok(r) => r.into(),
+        Err(e) => anyhow::Error::from(e).context("reading the stream"),
     }
-    anyhow::Error::from(e).context("reading the stream")
 }
 
 #[cfg(test)]

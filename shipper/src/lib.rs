@@ -1008,7 +1008,6 @@ async fn write_acked(dir: PathBuf, pos: WalPos) {
     }
 }
 
-/// One stream: Open, the resume Ack, then frames until an error or shutdown.
 /// The first `len` bytes of the read buffer as a frame's payload for quinn's send queue
 /// (`write_chunk`). A frame of at least half the largest size takes the buffer itself, so
 /// its bytes are not copied once more on their way to the packets, and `buf` gets a fresh
@@ -1046,6 +1045,7 @@ fn large_frames_take_the_read_buffer_and_small_ones_are_copied() {
     assert_eq!(buf.as_ptr(), ptr, "and the read buffer is kept");
 }
 
+/// One stream: Open, the resume Ack, then frames until an error or shutdown.
 async fn ship_stream(
     shared: &Arc<Shared>,
     conn: &quinn::Connection,

@@ -217,6 +217,14 @@ struct Round {
 }
 
 impl Round {
+    fn of(quinn: &Baseline, run: &ShipRun) -> Round {
+        Round {
+            quinn_mb_per_s: quinn.rate.mb_per_s,
+            received_mb_per_s: run.received.mb_per_s,
+            applied_mb_per_s: run.applied.mb_per_s,
+        }
+    }
+
     fn ratio(&self) -> f64 {
         self.received_mb_per_s / self.quinn_mb_per_s
     }
@@ -248,6 +256,9 @@ fn tablet_id(i: usize) -> Result<TabletId> {
 pub fn run(args: &ShipArgs) -> Result<()> {
     if args.tablets == 0 || args.lanes.is_empty() || args.lanes.contains(&0) || args.rounds == 0 {
         bail!("--tablets, --rounds and every --lanes value must be positive");
+    }
+    if args.rounds > 1 && (args.no_baselines || !args.lanes.contains(&1)) {
+        bail!("--rounds {} compares lanes=1 with raw quinn: it needs 1 in --lanes and the baselines (no --no-baselines)", args.rounds);
     }
     let base = match &args.dir {
         Some(d) => d.clone(),
@@ -333,11 +344,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         baselines.iter().find(|b| b.name == Raw::Quinn.name()),
         runs.iter().find(|r| r.lanes == 1),
     ) {
-        rounds.push(Round {
-            quinn_mb_per_s: q.rate.mb_per_s,
-            received_mb_per_s: r.received.mb_per_s,
-            applied_mb_per_s: r.applied.mb_per_s,
-        });
+        rounds.push(Round::of(q, r));
         for i in 1..args.rounds {
             println!("[round {}/{}]", i + 1, args.rounds);
             let q = baseline(args, Raw::Quinn, root.path(), &certs, &extents, &source)?;
@@ -347,11 +354,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
             print_run(&r);
             let _ = std::fs::remove_dir_all(&data);
             quiesce();
-            rounds.push(Round {
-                quinn_mb_per_s: q.rate.mb_per_s,
-                received_mb_per_s: r.received.mb_per_s,
-                applied_mb_per_s: r.applied.mb_per_s,
-            });
+            rounds.push(Round::of(&q, &r));
         }
     }
     let load1 = loadavg();
