@@ -269,9 +269,10 @@ impl ApplyThreads {
     /// are ahead of it) while `activity` says shippers are sending a backlog (large frames)
     /// — the thread holds its rounds back, each time by at most `max`: durable receipt (what a
     /// disaster would lose) gets the CPU first, and the target's safe time follows when the
-    /// burst is over, or every `max` during a long one. A thread that keeps up (partial
-    /// batches) never holds back, nor while a tablet is being stopped. `max` zero: never.
-    /// Set once; later calls change nothing.
+    /// burst is over, or every `max` during a long one. Between holds a thread applies one
+    /// full batch (its round ends there; the next starts at the following tablet). A thread
+    /// that keeps up (partial batches) never holds back, nor while a tablet is being stopped.
+    /// `max` zero: never. Set once; later calls change nothing.
     pub fn yield_to_intake(&self, activity: Arc<IntakeActivity>, max: Duration) {
         if max.is_zero() {
             return;
@@ -372,7 +373,20 @@ fn lane_main(lane: &Lane) {
         let mut worked = false;
         behind = false;
         let mut sleep = Duration::from_secs(1);
+        // During a catch-up a round ends at its first full batch, and the next one starts
+        // at the tablet after it: a thread that is behind does one batch between holds,
+        // not one per tablet (its first round, before it knew, cost up to eight).
+        let catch_up = !shutdown
+            && lane
+                .yield_to
+                .get()
+                .is_some_and(|(activity, _)| activity.catching_up());
+        let mut cut: Option<usize> = None;
+        let mut kept = 0usize;
         tablets.retain_mut(|t| {
+            if cut.is_some() {
+                return true;
+            }
             if shutdown || t.sh.stop.load(Ordering::Acquire) {
                 t.finish(Ok(()), lane);
                 return false;
@@ -383,10 +397,15 @@ fn lane_main(lane: &Lane) {
                 Ok(Ok(Step::Worked { full })) => {
                     worked = true;
                     behind |= full;
+                    kept += 1;
+                    if full && catch_up {
+                        cut = Some(kept);
+                    }
                     true
                 }
                 Ok(Ok(Step::Idle(within))) => {
                     sleep = sleep.min(within);
+                    kept += 1;
                     true
                 }
                 Ok(Err(e)) => {
@@ -400,6 +419,10 @@ fn lane_main(lane: &Lane) {
                 }
             }
         });
+        if let Some(next) = cut {
+            let n = tablets.len();
+            tablets.rotate_left(next % n);
+        }
         if shutdown {
             return;
         }
@@ -901,8 +924,14 @@ mod tests {
 
     /// A log of `n` write records for tablet `t` under `root`; returns its end.
     fn write_log(root: &Path, t: &TabletId, n: u64) -> WalPos {
+        append_log(root, t, 0..n)
+    }
+
+    /// Appends write records `range` (key `k{i}`, ht 1000 + i) to tablet `t`'s log under
+    /// `root`; returns its end.
+    fn append_log(root: &Path, t: &TabletId, range: std::ops::Range<u64>) -> WalPos {
         let mut w = tidelog_wal::Writer::open(root, t, tidelog_wal::WalOptions::default()).unwrap();
-        for i in 0..n {
+        for i in range {
             let r = Record::new(
                 HybridTime(1000 + i),
                 tidelog_wal::Body::Write {
@@ -995,6 +1024,85 @@ mod tests {
         );
         assert_eq!(group.yield_status().holding_threads, 0);
         w.stop().unwrap();
+    }
+
+    /// During a catch-up a thread's round ends at its first full batch, and the next round
+    /// starts at the tablet after it. Two tablets on one thread: `t1` falls behind and the
+    /// thread holds back; `t2` falls behind during the hold. The round after the hold
+    /// applies a batch of `t2` only, where a round over both would first apply a second
+    /// batch of `t1`.
+    #[test]
+    fn a_catch_up_round_ends_at_its_first_full_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("received");
+        let tablets: Vec<TabletId> = ["t1", "t2"].iter().map(|t| t.parse().unwrap()).collect();
+        let starts: Vec<WalPos> = tablets.iter().map(|t| write_log(&root, t, 1)).collect();
+        let store = Arc::new(Store::open(&dir.path().join("store")).unwrap());
+        let activity = Arc::new(IntakeActivity::default());
+        let group = Arc::new(ApplyThreads::new(1, "apply-cut").unwrap());
+        let hold = Duration::from_secs(2);
+        group.yield_to_intake(activity.clone(), hold);
+        let mut workers: Vec<ApplyWorker> = tablets
+            .iter()
+            .map(|t| {
+                let cfg = ApplyConfig {
+                    threads: Some(group.clone()),
+                    batch_records: 10,
+                    ..ApplyConfig::default()
+                };
+                ApplyWorker::start(store.clone(), &root, t.clone(), cfg).unwrap()
+            })
+            .collect();
+        workers.iter().for_each(ApplyWorker::notify);
+        // Both tablets on the thread and caught up (partial batches: no hold).
+        for (w, start) in workers.iter_mut().zip(&starts) {
+            assert!(
+                w.wait_applied(*start, Duration::from_secs(10)),
+                "{}",
+                w.tablet()
+            );
+        }
+        let rx = Receiving::start(activity.clone());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !activity.catching_up() {
+            assert!(
+                Instant::now() < deadline,
+                "the stand-in intake never signalled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut ends = vec![append_log(&root, &tablets[0], 1..51)];
+        workers[0].notify();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while group.yield_status().holding_threads == 0 {
+            assert!(Instant::now() < deadline, "the thread never held back");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let t1_held = workers[0].applied_pos();
+        assert!(t1_held > starts[0] && t1_held < ends[0], "{t1_held}");
+        ends.push(append_log(&root, &tablets[1], 1..51));
+        // The round after the hold: `t2` moves first, `t1` not with it.
+        let deadline = Instant::now() + hold + Duration::from_secs(10);
+        while workers[1].applied_pos() == starts[1] {
+            assert!(Instant::now() < deadline, "t2 never applied");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            workers[0].applied_pos(),
+            t1_held,
+            "t1 applied a second batch in the round that applied t2's first"
+        );
+        drop(rx);
+        for (w, end) in workers.iter_mut().zip(&ends) {
+            assert!(
+                w.wait_applied(*end, Duration::from_secs(10)),
+                "{}",
+                w.tablet()
+            );
+        }
+        for mut w in workers {
+            w.stop().unwrap();
+        }
     }
 
     /// With the intake receiving a backlog throughout, a log of `n` records is applied to
