@@ -80,6 +80,11 @@ pub struct ApplyConfig {
     /// The threads that apply this tablet, shared with other tablets. `None`: a thread of
     /// its own.
     pub threads: Option<Arc<ApplyThreads>>,
+    /// Read the received log with `O_DIRECT` (`Reader::set_direct_io`): for a log the intake
+    /// writes so (`IntakeOptions::direct_io`), whose bytes are not in the page cache; a
+    /// buffered read would bring them into it from the device and copy them out. Default
+    /// `false`.
+    pub direct_io: bool,
 }
 
 impl Default for ApplyConfig {
@@ -92,6 +97,7 @@ impl Default for ApplyConfig {
             persist_interval: Duration::from_secs(1),
             consistency: None,
             threads: None,
+            direct_io: false,
         }
     }
 }
@@ -729,6 +735,7 @@ impl TabletLoop {
                     return Ok(Step::Idle(cfg.poll_interval));
                 }
                 let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
+                r.set_direct_io(cfg.direct_io);
                 let from = sh.applied_pos.load();
                 // A tablet that applied nothing starts at the log's oldest record.
                 if from != WalPos::ZERO {

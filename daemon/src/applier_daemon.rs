@@ -96,6 +96,8 @@ pub struct Appliers {
     base_records: Mutex<BTreeMap<TabletId, u64>>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
+    /// Read the received logs with `O_DIRECT`: the intake writes them so.
+    direct_reads: bool,
 }
 
 impl Appliers {
@@ -125,6 +127,7 @@ impl Appliers {
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
+            direct_io: self.direct_reads,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -280,10 +283,16 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     })
     .await
     .context("starting safe time")??;
+    let received = cfg.data_dir.join("received");
+    // As the intake decides (it probes the same directory when it starts, below).
+    let direct_reads = cfg.received_direct_io
+        && std::fs::create_dir_all(&received).is_ok()
+        && tidelog_wal::direct_io_supported(&received);
     let appliers = Arc::new(Appliers {
         store: store.clone(),
         consistency: consistency.clone(),
-        received: cfg.data_dir.join("received"),
+        received,
+        direct_reads,
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),

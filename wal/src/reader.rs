@@ -1,6 +1,21 @@
 //! `Reader`: reads a tablet's log from any record position, validating every record, up to
 //! `durable_pos` (or `written_pos` on request). Uses positional reads on the segment files,
 //! so it works from another process while the writer runs.
+//!
+//! A log written with `O_DIRECT` (`WalOptions::direct_io`) is best read so too
+//! ([`Reader::set_direct_io`]): its bytes are not in the page cache, and a buffered read
+//! would bring each one into it from the device and then copy it out. A direct read puts
+//! the blocks straight into a page-aligned buffer:
+//!
+//! ```text
+//!  file:   … | block k         | …  | block m         | …
+//!                 ^ pos's offset              ^ pos + want (or the readable end)
+//!  buf:      [ lead | bytes from pos …              | rest of block m ]
+//! ```
+//!
+//! Bytes after the readable end in the last block are read but never looked at (a live
+//! writer may still be rewriting that block; the committed prefix is the same in every
+//! version of it).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -33,8 +48,51 @@ struct OpenSeg {
     first: WalPos,
     path: PathBuf,
     file: File,
+    /// The same file opened with `O_DIRECT`, when reading so ([`Reader::set_direct_io`]) and
+    /// the file system takes it.
+    direct: Option<File>,
     /// Record-area bytes in the file.
     capacity: u64,
+}
+
+/// The read buffer: heap memory, or page-aligned memory (an anonymous mapping) for direct
+/// reads.
+#[derive(Debug)]
+enum ReadBuf {
+    Heap(Vec<u8>),
+    Aligned(memmap2::MmapMut),
+}
+
+impl ReadBuf {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            ReadBuf::Heap(v) => v,
+            ReadBuf::Aligned(m) => m,
+        }
+    }
+
+    /// At least `len` bytes, page-aligned when `aligned`; the contents are not kept.
+    fn reserve(&mut self, len: usize, aligned: bool, path: &Path) -> Result<&mut [u8]> {
+        match self {
+            ReadBuf::Heap(v) if !aligned => {
+                if v.len() < len {
+                    v.resize(len, 0);
+                }
+            }
+            // Aligned memory serves buffered reads as well.
+            ReadBuf::Aligned(m) if m.len() >= len => {}
+            _ if aligned => {
+                let m = memmap2::MmapMut::map_anon(len.max(BUF + crate::direct::BLOCK))
+                    .map_err(|e| Error::io("map a read buffer for", path, e))?;
+                *self = ReadBuf::Aligned(m);
+            }
+            _ => *self = ReadBuf::Heap(vec![0; len]),
+        }
+        Ok(match self {
+            ReadBuf::Heap(v) => v,
+            ReadBuf::Aligned(m) => m,
+        })
+    }
 }
 
 const BUF: usize = 1 << 20;
@@ -53,10 +111,13 @@ pub struct Reader {
     cur: Option<OpenSeg>,
     pos: WalPos,
     last_ht: Option<HybridTime>,
-    buf: Vec<u8>,
-    /// Logical position of `buf[0]` and valid bytes in `buf`.
+    buf: ReadBuf,
+    /// Logical position of the buffered bytes, where they start in `buf`, and how many.
     buf_pos: WalPos,
+    buf_off: usize,
     buf_len: usize,
+    /// Read segments with `O_DIRECT` ([`Reader::set_direct_io`]).
+    direct_io: bool,
     scan_done: bool,
     /// Read-ahead size of the next fill: `BUF` when scanning, `RANDOM_BUF` for `read_at`.
     window: usize,
@@ -95,9 +156,11 @@ impl Reader {
             cur: None,
             pos: WalPos::ZERO,
             last_ht: None,
-            buf: Vec::new(),
+            buf: ReadBuf::Heap(Vec::new()),
             buf_pos: WalPos::ZERO,
+            buf_off: 0,
             buf_len: 0,
+            direct_io: false,
             scan_done: false,
             window: BUF,
         };
@@ -109,6 +172,25 @@ impl Reader {
 
     pub fn tablet(&self) -> &TabletId {
         &self.tablet
+    }
+
+    /// Reads the segments with `O_DIRECT` from now on (`on`), or through the page cache: for
+    /// a log written with `WalOptions::direct_io`, whose bytes are not in the page cache. A
+    /// segment whose file system refuses `O_DIRECT` is read through the page cache.
+    pub fn set_direct_io(&mut self, on: bool) {
+        if self.direct_io == on {
+            return;
+        }
+        self.direct_io = on;
+        self.buf_len = 0;
+        if let Some(seg) = &mut self.cur {
+            seg.direct = if on { open_direct(&seg.path) } else { None };
+        }
+    }
+
+    /// Whether the current segment is read with `O_DIRECT`.
+    pub fn direct_io_in_use(&self) -> bool {
+        self.cur.as_ref().is_some_and(|s| s.direct.is_some())
     }
 
     /// Position of the next record `next` returns.
@@ -257,10 +339,16 @@ impl Reader {
             .metadata()
             .map_err(|e| Error::io("stat", &path, e))?
             .len();
+        let direct = if self.direct_io {
+            open_direct(&path)
+        } else {
+            None
+        };
         self.cur = Some(OpenSeg {
             first,
             path,
             file,
+            direct,
             capacity: len.saturating_sub(SEGMENT_HEADER_LEN as u64),
         });
         self.buf_len = 0;
@@ -281,16 +369,28 @@ impl Reader {
             avail = avail.min((end.since(self.pos) as usize).max(n));
         }
         let want = n.max(self.window).min(avail.max(n));
-        if self.buf.len() < want {
-            self.buf.resize(want, 0);
-        }
-        let got = fsutil::read_at_most(
-            &seg.file,
-            &seg.path,
-            &mut self.buf[..want.min(avail)],
-            SEGMENT_HEADER_LEN as u64 + off,
-        )?;
+        let len = want.min(avail);
+        let at = SEGMENT_HEADER_LEN as u64 + off;
+        let (lead, got) = match &seg.direct {
+            Some(direct) => {
+                // Whole blocks from the one holding `at`.
+                let block = crate::direct::BLOCK as u64;
+                let lead = (at % block) as usize;
+                let span = (lead + len).next_multiple_of(crate::direct::BLOCK);
+                let buf = self.buf.reserve(span, true, &seg.path)?;
+                let got = read_direct(direct, &seg.path, &mut buf[..span], at - lead as u64)?;
+                (lead, got.saturating_sub(lead).min(len))
+            }
+            None => {
+                let buf = self.buf.reserve(want, false, &seg.path)?;
+                (
+                    0,
+                    fsutil::read_at_most(&seg.file, &seg.path, &mut buf[..len], at)?,
+                )
+            }
+        };
         self.buf_pos = self.pos;
+        self.buf_off = lead;
         self.buf_len = got;
         Ok(got.min(n))
     }
@@ -312,8 +412,8 @@ impl Reader {
             };
             let (seg_first, path) = (seg.first, seg.path.clone());
             let have = self.fill(RECORD_HEADER_LEN)?;
-            let start = self.pos.since(self.buf_pos) as usize;
-            let head = &self.buf[start..start + have];
+            let start = self.buf_off + self.pos.since(self.buf_pos) as usize;
+            let head = &self.buf.bytes()[start..start + have];
             if have < RECORD_HEADER_LEN || head.iter().all(|&b| b == 0) {
                 // Nothing here: the writer moved on to the next segment at this position.
                 if self.segments.binary_search(&self.pos).is_err() {
@@ -374,8 +474,8 @@ impl Reader {
                 }
             }
             let got = self.fill(total)?;
-            let start = self.pos.since(self.buf_pos) as usize;
-            let bytes = &self.buf[start..start + got];
+            let start = self.buf_off + self.pos.since(self.buf_pos) as usize;
+            let bytes = &self.buf.bytes()[start..start + got];
             match parse_record(bytes, self.pos.0) {
                 Parsed::Record { record, len } => {
                     if let Some(l) = self.last_ht {
@@ -486,3 +586,31 @@ pub fn list_segments(tablet_dir: &Path) -> Result<Vec<(WalPos, PathBuf)>> {
 
 /// File offset of the record area in every segment.
 pub const SEGMENT_DATA_OFFSET: u64 = SEGMENT_HEADER_LEN as u64;
+
+/// `path` opened read-only with `O_DIRECT`; `None` where the file system refuses it.
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
+/// Fills `buf` (block-aligned memory and length) from the block-aligned file offset `at`
+/// with direct reads; fewer bytes only at the end of the file.
+fn read_direct(file: &File, path: &Path, buf: &mut [u8], at: u64) -> Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], at + done as u64) {
+            Ok(0) => break,
+            // A short read ends the file; past an unaligned end no direct read may follow.
+            Ok(n) if n % crate::direct::BLOCK != 0 => return Ok(done + n),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io("read (O_DIRECT)", path, e)),
+        }
+    }
+    Ok(done)
+}

@@ -1,6 +1,7 @@
 //! The direct-I/O writer (`WalOptions::direct_io`) against the buffered one: fed the same
 //! appends, commits, rollbacks and reopens, both leave byte-identical segment files, and
-//! readers see the same committed records at every step.
+//! readers see the same committed records at every step, buffered readers and direct
+//! (`Reader::set_direct_io`) ones, fresh and tailing.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -45,7 +46,8 @@ fn record(i: u64, ht: u64, size: usize) -> Record {
     )
 }
 
-/// Readers of the log under `root` see exactly `want`, up to the durable end.
+/// Readers of the log under `root`, buffered and direct, see exactly `want`, up to the
+/// durable end.
 fn assert_reads_back(root: &Path, want: &[(WalPos, Record)]) {
     let got = read_ok(root, &tablet(), ReadLimit::Durable, 100_000);
     assert!(
@@ -54,6 +56,33 @@ fn assert_reads_back(root: &Path, want: &[(WalPos, Record)]) {
         got.len(),
         want.len()
     );
+    let mut got = Vec::new();
+    read_on(&mut direct_reader(root, ReadLimit::Durable), &mut got);
+    assert!(
+        got == want,
+        "read back {} of {} records with direct reads",
+        got.len(),
+        want.len()
+    );
+}
+
+/// A reader of the log under `root` with `O_DIRECT` reads, from the oldest record.
+fn direct_reader(root: &Path, limit: ReadLimit) -> Reader {
+    let mut r = Reader::open(root, &tablet(), limit).unwrap();
+    r.set_direct_io(true);
+    assert_eq!(
+        r.direct_io_in_use(),
+        tidelog_wal::direct_io_supported(root),
+        "O_DIRECT reads not in use where the file system takes them"
+    );
+    r
+}
+
+/// Reads on from where `r` is to the readable end.
+fn read_on(r: &mut Reader, into: &mut Vec<(WalPos, Record)>) {
+    while let Some(pr) = r.next().unwrap() {
+        into.push(pr);
+    }
 }
 
 /// One step applied to both writers.
@@ -93,6 +122,9 @@ proptest! {
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
         let open = |k: usize| Writer::open(dirs[k].path(), &tablet(), opts(seg, k == 1)).unwrap();
         let mut ws = [Some(open(0)), Some(open(1))];
+        // Tails the direct writer's log with direct reads across every step.
+        let mut tail = direct_reader(dirs[1].path(), ReadLimit::Written);
+        let mut tailed: Vec<(WalPos, Record)> = Vec::new();
         let mut committed: Vec<(WalPos, Record)> = Vec::new();
         let mut staged: Vec<(WalPos, Record)> = Vec::new();
         let (mut ht, mut committed_ht, mut i) = (1000u64, 1000u64, 0u64);
@@ -157,6 +189,11 @@ proptest! {
                 prop_assert!(got == committed, "a reader of the {} writer's log saw {} records, {} committed",
                     ["buffered", "direct"][k], got.len(), committed.len());
             }
+            let mut got = Vec::new();
+            read_on(&mut direct_reader(dirs[1].path(), ReadLimit::Written), &mut got);
+            prop_assert!(got == committed, "a direct reader saw {} records, {} committed", got.len(), committed.len());
+            read_on(&mut tail, &mut tailed);
+            prop_assert!(tailed == committed, "a tailing direct reader saw {} records, {} committed", tailed.len(), committed.len());
         }
         for w in ws.iter_mut().map(|w| w.as_mut().unwrap()) {
             w.rollback().unwrap();
@@ -272,4 +309,23 @@ fn direct_io_needs_block_multiple_segments() {
     let d = tempfile::tempdir().unwrap();
     let e = Writer::open(d.path(), &tablet(), opts(64 * 1024 + 512, true)).unwrap_err();
     assert!(e.to_string().contains("direct I/O"), "{e}");
+}
+
+/// Records larger than a direct reader's 1 MiB read-ahead, between small ones at odd
+/// offsets: each is read whole, in one read of the blocks around it.
+#[test]
+fn direct_reads_of_records_larger_than_the_read_ahead() {
+    let d = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(d.path(), &tablet(), opts(8 << 20, true)).unwrap();
+    let mut want = Vec::new();
+    for (i, size) in [3, 1_500_000, 17, 2_200_000, 1, 999_999, 5]
+        .into_iter()
+        .enumerate()
+    {
+        let r = record(i as u64, 1000 + i as u64, size);
+        want.push((w.append(&r).unwrap(), r));
+        w.commit(SyncPolicy::Always).unwrap();
+    }
+    drop(w);
+    assert_reads_back(d.path(), &want);
 }

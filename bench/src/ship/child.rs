@@ -120,6 +120,10 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
             .context("--store-nice")?;
     }
     let received = a.data_dir.join("received");
+    // As the daemon: direct reads of received logs the intake writes directly.
+    let direct_reads = a.direct_io
+        && std::fs::create_dir_all(&received).is_ok()
+        && tidelog_wal::direct_io_supported(&received);
     let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
     // As the daemon's default `apply-threads`.
     let threads = Arc::new(ApplyThreads::with_nice(
@@ -138,6 +142,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
             }
             let cfg = ApplyConfig {
                 threads: Some(threads.clone()),
+                direct_io: direct_reads,
                 ..ApplyConfig::default()
             };
             match ApplyWorker::start(store.clone(), &received, t.clone(), cfg) {
