@@ -96,6 +96,8 @@ impl ReadBuf {
 }
 
 const BUF: usize = 1 << 20;
+/// Read-ahead of a scan with direct reads.
+const DIRECT_BUF: usize = 4 << 20;
 /// Read-ahead of [`Reader::read_at`]: random reads of single records should not each pull
 /// a megabyte of the log into the buffer.
 const RANDOM_BUF: usize = 16 << 10;
@@ -368,7 +370,12 @@ impl Reader {
         if let Some(end) = self.end() {
             avail = avail.min((end.since(self.pos) as usize).max(n));
         }
-        let want = n.max(self.window).min(avail.max(n));
+        let window = match seg.direct {
+            // Each direct read waits on the device: fewer, larger ones.
+            Some(_) if self.window == BUF => DIRECT_BUF,
+            _ => self.window,
+        };
+        let want = n.max(window).min(avail.max(n));
         let len = want.min(avail);
         let at = SEGMENT_HEADER_LEN as u64 + off;
         let (lead, got) = match &seg.direct {
