@@ -43,12 +43,16 @@ pub(crate) struct DirectStage {
 }
 
 fn open_direct(path: &Path) -> Result<File> {
+    open(path, true).map_err(|e| Error::io("open (O_DIRECT)", path, e))
+}
+
+/// `path` opened with `O_DIRECT`, for reading, and for writing when `write`.
+pub(crate) fn open(path: &Path, write: bool) -> std::io::Result<File> {
     OpenOptions::new()
         .read(true)
-        .write(true)
+        .write(write)
         .custom_flags(libc::O_DIRECT)
         .open(path)
-        .map_err(|e| Error::io("open (O_DIRECT)", path, e))
 }
 
 impl DirectStage {

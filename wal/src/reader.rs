@@ -596,12 +596,7 @@ pub const SEGMENT_DATA_OFFSET: u64 = SEGMENT_HEADER_LEN as u64;
 
 /// `path` opened read-only with `O_DIRECT`; `None` where the file system refuses it.
 fn open_direct(path: &Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .ok()
+    crate::direct::open(path, false).ok()
 }
 
 /// Fills `buf` (block-aligned memory and length) from the block-aligned file offset `at`
