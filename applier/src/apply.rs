@@ -85,6 +85,10 @@ pub struct ApplyConfig {
     /// buffered read would bring them into it from the device and copy them out. Default
     /// `false`.
     pub direct_io: bool,
+    /// Otherwise read with `O_DIRECT` when [`crate::intake::RECEIVED_CACHE_KEEP`] or more
+    /// behind the received end (`Reader::set_direct_backlog_reads`), where the intake has
+    /// dropped the log from the page cache. Default `false`.
+    pub direct_backlog_reads: bool,
 }
 
 impl Default for ApplyConfig {
@@ -98,6 +102,7 @@ impl Default for ApplyConfig {
             consistency: None,
             threads: None,
             direct_io: false,
+            direct_backlog_reads: false,
         }
     }
 }
@@ -736,6 +741,10 @@ impl TabletLoop {
                 }
                 let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
                 r.set_direct_io(cfg.direct_io);
+                r.set_direct_backlog_reads(
+                    cfg.direct_backlog_reads
+                        .then_some(crate::intake::RECEIVED_CACHE_KEEP),
+                );
                 let from = sh.applied_pos.load();
                 // A tablet that applied nothing starts at the log's oldest record.
                 if from != WalPos::ZERO {

@@ -189,6 +189,10 @@ impl Default for IntakeActivity {
     }
 }
 
+/// Bytes of each received log below its durable end kept in the page cache (with buffered
+/// received logs); an apply stage further behind reads with `O_DIRECT`.
+pub const RECEIVED_CACHE_KEEP: u64 = 64 << 20;
+
 /// A frame this large shows a shipper sending a backlog (its default frame is 1 MiB).
 pub const BACKLOG_FRAME: usize = 256 << 10;
 /// A large frame made durable within this long counts as a catch-up in progress.
@@ -816,6 +820,12 @@ fn writer_thread(
             *lock(&ti.last_error) = Some(e.clone());
             out.send_modify(|d| d.error = Some((0, "io", e)));
             break 'run;
+        }
+        // What apply reads soon stays in the page cache; what lies further back was applied,
+        // or is read in bulk around the cache (`ApplyConfig::direct_backlog_reads`), and its
+        // pages go to the next writes instead of fresh ones.
+        if let Err(e) = w.drop_cached_below(RECEIVED_CACHE_KEEP) {
+            tracing::debug!(tablet = %tablet, "dropping received bytes from the page cache: {e}");
         }
         let pos = w.written_pos();
         let ht = w.last_ht().unwrap_or_default();

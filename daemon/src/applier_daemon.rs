@@ -96,8 +96,10 @@ pub struct Appliers {
     base_records: Mutex<BTreeMap<TabletId, u64>>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
-    /// Read the received logs with `O_DIRECT`: the intake writes them so.
+    /// Read the received logs with `O_DIRECT`: the intake writes them so. Otherwise
+    /// whether backlogs are read so.
     direct_reads: bool,
+    direct_backlog_reads: bool,
 }
 
 impl Appliers {
@@ -128,6 +130,7 @@ impl Appliers {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
             direct_io: self.direct_reads,
+            direct_backlog_reads: self.direct_backlog_reads,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -285,14 +288,15 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     .context("starting safe time")??;
     let received = cfg.data_dir.join("received");
     // As the intake decides (it probes the same directory when it starts, below).
-    let direct_reads = cfg.received_direct_io
-        && std::fs::create_dir_all(&received).is_ok()
-        && tidelog_wal::direct_io_supported(&received);
+    let direct_ok =
+        std::fs::create_dir_all(&received).is_ok() && tidelog_wal::direct_io_supported(&received);
+    let direct_reads = cfg.received_direct_io && direct_ok;
     let appliers = Arc::new(Appliers {
         store: store.clone(),
         consistency: consistency.clone(),
         received,
         direct_reads,
+        direct_backlog_reads: direct_ok && !direct_reads,
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),

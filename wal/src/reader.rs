@@ -120,6 +120,9 @@ pub struct Reader {
     buf_len: usize,
     /// Read segments with `O_DIRECT` ([`Reader::set_direct_io`]).
     direct_io: bool,
+    /// Read with `O_DIRECT` at least this far behind the readable end
+    /// ([`Reader::set_direct_backlog_reads`]).
+    direct_backlogs: Option<u64>,
     scan_done: bool,
     /// Read-ahead size of the next fill: `BUF` when scanning, `RANDOM_BUF` for `read_at`.
     window: usize,
@@ -163,6 +166,7 @@ impl Reader {
             buf_off: 0,
             buf_len: 0,
             direct_io: false,
+            direct_backlogs: None,
             scan_done: false,
             window: BUF,
         };
@@ -180,17 +184,30 @@ impl Reader {
     /// a log written with `WalOptions::direct_io`, whose bytes are not in the page cache. A
     /// segment whose file system refuses `O_DIRECT` is read through the page cache.
     pub fn set_direct_io(&mut self, on: bool) {
-        if self.direct_io == on {
-            return;
-        }
         self.direct_io = on;
+        self.reopen_direct();
+    }
+
+    /// Reads with `O_DIRECT` while at least `behind` bytes behind the readable end, and
+    /// through the page cache closer to it: for a log written through the page cache whose
+    /// writer drops from it what lies that far below its end (`Writer::drop_cached_below`),
+    /// so a reader that keeps up finds what was just written in the cache. `None`: off.
+    pub fn set_direct_backlog_reads(&mut self, behind: Option<u64>) {
+        self.direct_backlogs = behind;
+        self.reopen_direct();
+    }
+
+    fn reopen_direct(&mut self) {
+        let want = self.direct_io || self.direct_backlogs.is_some();
         self.buf_len = 0;
         if let Some(seg) = &mut self.cur {
-            seg.direct = if on { open_direct(&seg.path) } else { None };
+            if want != seg.direct.is_some() {
+                seg.direct = if want { open_direct(&seg.path) } else { None };
+            }
         }
     }
 
-    /// Whether the current segment is read with `O_DIRECT`.
+    /// Whether the current segment is open for `O_DIRECT` reads.
     pub fn direct_io_in_use(&self) -> bool {
         self.cur.as_ref().is_some_and(|s| s.direct.is_some())
     }
@@ -341,7 +358,7 @@ impl Reader {
             .metadata()
             .map_err(|e| Error::io("stat", &path, e))?
             .len();
-        let direct = if self.direct_io {
+        let direct = if self.direct_io || self.direct_backlogs.is_some() {
             open_direct(&path)
         } else {
             None
@@ -370,15 +387,23 @@ impl Reader {
         if let Some(end) = self.end() {
             avail = avail.min((end.since(self.pos) as usize).max(n));
         }
-        let window = match seg.direct {
-            // Each direct read waits on the device: fewer, larger ones.
-            Some(_) if self.window == BUF => DIRECT_BUF,
-            _ => self.window,
+        let scan = self.window == BUF;
+        let behind = self.end().map(|e| e.since(self.pos));
+        let backlog = matches!((self.direct_backlogs, behind), (Some(b), Some(n)) if n >= b);
+        let direct = seg
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_io || (backlog && scan && avail >= BUF));
+        // Each direct read waits on the device: fewer, larger ones.
+        let window = if direct.is_some() && scan {
+            DIRECT_BUF
+        } else {
+            self.window
         };
         let want = n.max(window).min(avail.max(n));
         let len = want.min(avail);
         let at = SEGMENT_HEADER_LEN as u64 + off;
-        let (lead, got) = match &seg.direct {
+        let (lead, got) = match direct {
             Some(direct) => {
                 // Whole blocks from the one holding `at`.
                 let block = crate::direct::BLOCK as u64;

@@ -146,6 +146,30 @@ pub(crate) struct MappedSegment {
     file: File,
 }
 
+/// Asks the kernel to drop the clean, unmapped page-cache pages holding the record area's
+/// `[from, to)` of segment file `file`, from the page of `from` up to the last whole page
+/// before `to` (`posix_fadvise(DONTNEED)`).
+pub fn drop_cached(file: &File, path: &Path, from: usize, to: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = (SEGMENT_HEADER_LEN + from) / 4096 * 4096;
+    let end = SEGMENT_HEADER_LEN + to;
+    if end <= start {
+        return Ok(());
+    }
+    let (start, len) = (start as i64, (end - start) as i64);
+    // SAFETY: plain syscall on a valid fd.
+    let rc =
+        unsafe { libc::posix_fadvise(file.as_raw_fd(), start, len, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(Error::io(
+            "drop cached pages of",
+            path,
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(())
+}
+
 impl MappedSegment {
     /// Creates a new preallocated segment durably: `.partial`, header, fdatasync, rename,
     /// fsync directory.
@@ -298,6 +322,11 @@ impl MappedSegment {
     /// the mapping: the page cache is the same, so the mapping, readers and `sync_range`
     /// see them alike, but the writing thread takes no page faults, and pages it never
     /// mapped need no write-protecting (TLB shootdowns) when they are written back.
+    /// See [`drop_cached`].
+    pub fn drop_cached(&self, from: usize, to: usize) -> Result<()> {
+        drop_cached(&self.file, &self.path, from, to)
+    }
+
     pub fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
         assert!(
             off + bytes.len() <= self.capacity,

@@ -278,6 +278,8 @@ pub struct Writer {
     /// With [`WalOptions::direct_io`]: the active segment's staged tail, written with
     /// `O_DIRECT` (the mapping is then never written through).
     direct: Option<DirectStage>,
+    /// Where [`Writer::drop_durable_from_cache`] got to.
+    dropped: WalPos,
 }
 
 impl Writer {
@@ -343,6 +345,7 @@ impl Writer {
             prefaulting: None,
             bg_stop: Arc::new(AtomicBool::new(false)),
             direct: None,
+            dropped: WalPos::ZERO,
         };
         w.restage(w.off)?;
         Ok(w)
@@ -881,5 +884,50 @@ impl Writer {
             self.staged_ht = sum.last_ht;
         }
         Ok((sum.count, sum.last_ht))
+    }
+
+    /// Drops from the page cache the log's bytes more than `keep` below the durable end
+    /// (in steps of at least 1 MiB): they were read long ago, or will be read in bulk (see
+    /// `Reader::set_direct_backlog_reads`), and the kernel hands their pages to the next
+    /// writes, which would otherwise each take a fresh page. Nothing with direct I/O
+    /// (nothing cached).
+    pub fn drop_cached_below(&mut self, keep: u64) -> Result<()> {
+        if self.direct.is_some() {
+            return Ok(());
+        }
+        let to = WalPos(self.durable_pos().0.saturating_sub(keep));
+        let from = self
+            .dropped
+            .max(self.segments.first().copied().unwrap_or_default());
+        if to.0 < from.0 + (1 << 20) {
+            return Ok(());
+        }
+        for (i, &first) in self.segments.iter().enumerate() {
+            let end = self
+                .segments
+                .get(i + 1)
+                .copied()
+                .unwrap_or(WalPos(u64::MAX));
+            if end <= from || first >= to {
+                continue;
+            }
+            let (a, b) = (
+                from.max(first).since(first) as usize,
+                to.min(end).since(first) as usize,
+            );
+            if first == self.active.first {
+                self.active.drop_cached(a, b.min(self.active.capacity))?;
+            } else {
+                let path = self.dir.join(segment::segment_file_name(first));
+                match std::fs::File::open(&path) {
+                    Ok(f) => segment::drop_cached(&f, &path, a, b)?,
+                    // Deleted by retention meanwhile: nothing cached.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("open", &path, e)),
+                }
+            }
+        }
+        self.dropped = to;
+        Ok(())
     }
 }

@@ -329,3 +329,109 @@ fn direct_reads_of_records_larger_than_the_read_ahead() {
     drop(w);
     assert_reads_back(d.path(), &want);
 }
+
+/// Which pages of `path` are in the page cache (`mincore` over a mapping of it).
+fn resident(path: &Path) -> Vec<bool> {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a read-only mapping, only handed to mincore (never read through).
+    let map = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    let pages = map.len().div_ceil(4096);
+    let mut v = vec![0u8; pages];
+    // SAFETY: `map` is a live mapping of `map.len()` bytes; `v` has one byte per page.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, map.len(), v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    v.into_iter().map(|b| b & 1 == 1).collect()
+}
+
+/// Whether the record area's `[from, to)` of the log (positions) is in the page cache,
+/// page by page, over all segments.
+fn cached(root: &Path, from: WalPos, to: WalPos) -> Vec<bool> {
+    let segs = segments(&root.join(tablet().as_str()));
+    let mut out = Vec::new();
+    for (i, (first, path)) in segs.iter().enumerate() {
+        let end = segs.get(i + 1).map_or(WalPos(u64::MAX), |s| s.0);
+        let (a, b) = (from.max(*first), to.min(end));
+        if a >= b {
+            continue;
+        }
+        let r = resident(path);
+        // Whole pages inside the range only (file offsets = 128-byte header + record offset).
+        let (pa, pb) = (
+            (128 + a.since(*first) as usize).div_ceil(4096),
+            (128 + b.since(*first) as usize) / 4096,
+        );
+        out.extend_from_slice(&r[pa..pb]);
+    }
+    out
+}
+
+/// A buffered log drops what lies `keep` below its durable end from the page cache, over
+/// sealed segments and the active one, and keeps the rest; a reader with direct backlog
+/// reads reads it all back without bringing the dropped part into the cache again.
+#[test]
+fn bytes_far_below_the_end_leave_the_page_cache_and_are_read_around_it() {
+    if !tidelog_wal::direct_io_supported(&std::env::temp_dir()) {
+        eprintln!("the temporary directory's file system refuses O_DIRECT: skipped");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let keep = 2u64 << 20;
+    // As the applier's intake writes: verbatim frames through the file, no pre-faulting
+    // (pages written through the mapping stay mapped, and mapped pages are not dropped).
+    let o = WalOptions {
+        prefault: false,
+        ..opts(4 << 20, false)
+    };
+    let mut w = Writer::open(d.path(), &tablet(), o).unwrap();
+    let mut want = Vec::new();
+    let (mut i, mut at, mut frame) = (0u64, WalPos::ZERO, Vec::new());
+    while at.0 < 11 << 20 {
+        let r = record(i, 1000 + i, 1000);
+        let bytes = r.encode(at).unwrap();
+        want.push((at, r));
+        at = at.add(bytes.len() as u64);
+        frame.extend_from_slice(&bytes);
+        i += 1;
+        if i % 100 == 0 {
+            w.append_encoded(&frame).unwrap();
+            w.commit(SyncPolicy::Always).unwrap();
+            frame.clear();
+        }
+    }
+    w.append_encoded(&frame).unwrap();
+    w.commit(SyncPolicy::Always).unwrap();
+    let end = w.durable_pos();
+    let cut = WalPos(end.0 - keep);
+    assert!(
+        cached(d.path(), WalPos::ZERO, end).iter().all(|c| *c),
+        "just written, every page is cached"
+    );
+    w.drop_cached_below(keep).unwrap();
+    let below = cached(d.path(), WalPos::ZERO, cut);
+    assert!(
+        below.len() > 2000 && below.iter().all(|c| !*c),
+        "dropped below {cut}"
+    );
+    assert!(
+        cached(d.path(), cut, end).iter().all(|c| *c),
+        "kept above {cut}"
+    );
+    let mut r = Reader::open(d.path(), &tablet(), ReadLimit::Durable).unwrap();
+    r.set_direct_backlog_reads(Some(keep));
+    let mut got = Vec::new();
+    read_on(&mut r, &mut got);
+    assert!(
+        got == want,
+        "read back {} of {} records",
+        got.len(),
+        want.len()
+    );
+    let below = cached(d.path(), WalPos::ZERO, cut);
+    let refilled = below.iter().filter(|c| **c).count();
+    // Within the last read-ahead window before the cut a read may be buffered.
+    assert!(
+        refilled * 4096 <= 1 << 20,
+        "{refilled} dropped pages back in the cache after the read"
+    );
+    drop(w);
+}

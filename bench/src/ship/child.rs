@@ -121,9 +121,9 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     }
     let received = a.data_dir.join("received");
     // As the daemon: direct reads of received logs the intake writes directly.
-    let direct_reads = a.direct_io
-        && std::fs::create_dir_all(&received).is_ok()
-        && tidelog_wal::direct_io_supported(&received);
+    let direct_ok =
+        std::fs::create_dir_all(&received).is_ok() && tidelog_wal::direct_io_supported(&received);
+    let direct_reads = a.direct_io && direct_ok;
     let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
     // As the daemon's default `apply-threads`.
     let threads = Arc::new(ApplyThreads::with_nice(
@@ -143,6 +143,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
             let cfg = ApplyConfig {
                 threads: Some(threads.clone()),
                 direct_io: direct_reads,
+                direct_backlog_reads: direct_ok && !direct_reads,
                 ..ApplyConfig::default()
             };
             match ApplyWorker::start(store.clone(), &received, t.clone(), cfg) {
