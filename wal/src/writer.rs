@@ -278,7 +278,7 @@ pub struct Writer {
     /// With [`WalOptions::direct_io`]: the active segment's staged tail, written with
     /// `O_DIRECT` (the mapping is then never written through).
     direct: Option<DirectStage>,
-    /// Where [`Writer::drop_durable_from_cache`] got to.
+    /// Where [`Writer::drop_cached_below`] got to.
     dropped: WalPos,
 }
 
