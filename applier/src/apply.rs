@@ -80,15 +80,38 @@ pub struct ApplyConfig {
     /// The threads that apply this tablet, shared with other tablets. `None`: a thread of
     /// its own.
     pub threads: Option<Arc<ApplyThreads>>,
-    /// Read the received log with `O_DIRECT` (`Reader::set_direct_io`): for a log the intake
-    /// writes so (`IntakeOptions::direct_io`), whose bytes are not in the page cache; a
-    /// buffered read would bring them into it from the device and copy them out. Default
-    /// `false`.
-    pub direct_io: bool,
-    /// Otherwise read with `O_DIRECT` when [`crate::intake::RECEIVED_CACHE_KEEP`] or more
-    /// behind the received end (`Reader::set_direct_backlog_reads`), where the intake has
-    /// dropped the log from the page cache. Default `false`.
-    pub direct_backlog_reads: bool,
+    /// How the received log is read. Default [`ReceivedReads::Buffered`].
+    pub reads: ReceivedReads,
+}
+
+/// How the apply stage reads a received log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReceivedReads {
+    /// Through the page cache.
+    #[default]
+    Buffered,
+    /// With `O_DIRECT` (`Reader::set_direct_io`): for a log the intake writes so
+    /// (`IntakeOptions::direct_io`), whose bytes are not in the page cache; a buffered read
+    /// would bring them into it from the device and copy them out.
+    Direct,
+    /// With `O_DIRECT` when [`crate::intake::RECEIVED_CACHE_KEEP`] or more behind the
+    /// received end, where the intake has dropped a buffered log from the page cache, and
+    /// through the cache closer to it (`Reader::set_direct_backlog_reads`).
+    DirectBacklogs,
+}
+
+impl ReceivedReads {
+    /// For the received logs under `received`, written with `O_DIRECT` when `direct_writes`
+    /// (`IntakeOptions::direct_io`) and the file system takes it, as the intake decides.
+    pub fn for_logs(received: &Path, direct_writes: bool) -> ReceivedReads {
+        let direct_ok =
+            std::fs::create_dir_all(received).is_ok() && tidelog_wal::direct_io_supported(received);
+        match (direct_ok, direct_writes) {
+            (false, _) => ReceivedReads::Buffered,
+            (true, true) => ReceivedReads::Direct,
+            (true, false) => ReceivedReads::DirectBacklogs,
+        }
+    }
 }
 
 impl Default for ApplyConfig {
@@ -101,8 +124,7 @@ impl Default for ApplyConfig {
             persist_interval: Duration::from_secs(1),
             consistency: None,
             threads: None,
-            direct_io: false,
-            direct_backlog_reads: false,
+            reads: ReceivedReads::Buffered,
         }
     }
 }
@@ -740,11 +762,13 @@ impl TabletLoop {
                     return Ok(Step::Idle(cfg.poll_interval));
                 }
                 let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
-                r.set_direct_io(cfg.direct_io);
-                r.set_direct_backlog_reads(
-                    cfg.direct_backlog_reads
-                        .then_some(crate::intake::RECEIVED_CACHE_KEEP),
-                );
+                match cfg.reads {
+                    ReceivedReads::Buffered => {}
+                    ReceivedReads::Direct => r.set_direct_io(true),
+                    ReceivedReads::DirectBacklogs => {
+                        r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
+                    }
+                }
                 let from = sh.applied_pos.load();
                 // A tablet that applied nothing starts at the log's oldest record.
                 if from != WalPos::ZERO {

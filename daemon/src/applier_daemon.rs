@@ -15,7 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
+use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedReads};
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
@@ -96,10 +96,8 @@ pub struct Appliers {
     base_records: Mutex<BTreeMap<TabletId, u64>>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
-    /// Read the received logs with `O_DIRECT`: the intake writes them so. Otherwise
-    /// whether backlogs are read so.
-    direct_reads: bool,
-    direct_backlog_reads: bool,
+    /// How the apply workers read the received logs.
+    reads: ReceivedReads,
 }
 
 impl Appliers {
@@ -129,8 +127,7 @@ impl Appliers {
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
-            direct_io: self.direct_reads,
-            direct_backlog_reads: self.direct_backlog_reads,
+            reads: self.reads,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -287,16 +284,12 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     .await
     .context("starting safe time")??;
     let received = cfg.data_dir.join("received");
-    // As the intake decides (it probes the same directory when it starts, below).
-    let direct_ok =
-        std::fs::create_dir_all(&received).is_ok() && tidelog_wal::direct_io_supported(&received);
-    let direct_reads = cfg.received_direct_io && direct_ok;
+    let reads = ReceivedReads::for_logs(&received, cfg.received_direct_io);
     let appliers = Arc::new(Appliers {
         store: store.clone(),
         consistency: consistency.clone(),
         received,
-        direct_reads,
-        direct_backlog_reads: direct_ok && !direct_reads,
+        reads,
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),

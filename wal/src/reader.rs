@@ -82,7 +82,8 @@ impl ReadBuf {
             // Aligned memory serves buffered reads as well.
             ReadBuf::Aligned(m) if m.len() >= len => {}
             _ if aligned => {
-                let m = memmap2::MmapMut::map_anon(len.max(BUF + crate::direct::BLOCK))
+                // Room for a whole direct read-ahead at any lead: mapped once.
+                let m = memmap2::MmapMut::map_anon(len.max(DIRECT_BUF + crate::direct::BLOCK))
                     .map_err(|e| Error::io("map a read buffer for", path, e))?;
                 *self = ReadBuf::Aligned(m);
             }

@@ -318,15 +318,15 @@ impl MappedSegment {
         }
     }
 
-    /// Writes `bytes` at offset `off` of the record area through the file (`pwrite`), not
-    /// the mapping: the page cache is the same, so the mapping, readers and `sync_range`
-    /// see them alike, but the writing thread takes no page faults, and pages it never
-    /// mapped need no write-protecting (TLB shootdowns) when they are written back.
     /// See [`drop_cached`].
     pub fn drop_cached(&self, from: usize, to: usize) -> Result<()> {
         drop_cached(&self.file, &self.path, from, to)
     }
 
+    /// Writes `bytes` at offset `off` of the record area through the file (`pwrite`), not
+    /// the mapping: the page cache is the same, so the mapping, readers and `sync_range`
+    /// see them alike, but the writing thread takes no page faults, and pages it never
+    /// mapped need no write-protecting (TLB shootdowns) when they are written back.
     pub fn write_at(&self, off: usize, bytes: &[u8]) -> Result<()> {
         assert!(
             off + bytes.len() <= self.capacity,

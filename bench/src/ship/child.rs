@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
+use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedReads};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
 use tidelog_wal::wire::QuicTuning;
@@ -120,10 +120,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
             .context("--store-nice")?;
     }
     let received = a.data_dir.join("received");
-    // As the daemon: direct reads of received logs the intake writes directly.
-    let direct_ok =
-        std::fs::create_dir_all(&received).is_ok() && tidelog_wal::direct_io_supported(&received);
-    let direct_reads = a.direct_io && direct_ok;
+    let reads = ReceivedReads::for_logs(&received, a.direct_io);
     let workers: Arc<Mutex<BTreeMap<TabletId, ApplyWorker>>> = Arc::default();
     // As the daemon's default `apply-threads`.
     let threads = Arc::new(ApplyThreads::with_nice(
@@ -142,8 +139,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
             }
             let cfg = ApplyConfig {
                 threads: Some(threads.clone()),
-                direct_io: direct_reads,
-                direct_backlog_reads: direct_ok && !direct_reads,
+                reads,
                 ..ApplyConfig::default()
             };
             match ApplyWorker::start(store.clone(), &received, t.clone(), cfg) {
