@@ -133,6 +133,9 @@ pub struct E2eArgs {
     /// The applier's `apply-threads` (0: its default, half the cores, at least two).
     #[arg(long, default_value_t = 0)]
     apply_threads: usize,
+    /// The applier's `runtime-threads` (0: its default, half the cores, at least one).
+    #[arg(long, default_value_t = 0)]
+    runtime_threads: usize,
     /// The applier's `received-direct-io`: received logs written with `O_DIRECT`.
     #[arg(long)]
     received_direct_io: bool,
@@ -489,6 +492,9 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     }
     if args.apply_threads > 0 {
         extra.push_str(&format!("apply-threads = {}\n", args.apply_threads));
+    }
+    if args.runtime_threads > 0 {
+        extra.push_str(&format!("runtime-threads = {}\n", args.runtime_threads));
     }
     if args.received_direct_io {
         extra.push_str("received-direct-io = true\n");
@@ -922,13 +928,17 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, received logs {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, runtime-threads {}, received logs {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
         args.apply_nice,
         args.store_nice,
         match args.apply_threads {
+            0 => "default".to_string(),
+            n => n.to_string(),
+        },
+        match args.runtime_threads {
             0 => "default".to_string(),
             n => n.to_string(),
         },

@@ -54,7 +54,7 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
         return Ok(());
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(cfg.effective_runtime_threads())
         .thread_name("applier")
         .enable_all()
         .build()
@@ -552,6 +552,8 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "store_nice": store_nice_json(&s.store_nice),
         "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
         "received_direct_io": {"configured": s.received_direct_io, "in_use": s.intake.direct_io()},
+        // The async runtime's worker threads (`runtime-threads`), as the runtime has them.
+        "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
         "tablets": rows,
     })))
 }

@@ -58,6 +58,9 @@ pub struct ApplierConfig {
     /// Threads applying the received logs; tablets are spread over them, each thread taking
     /// its tablets in turn. 0 = half the cores, at least two. Default `0`.
     pub apply_threads: usize,
+    /// Worker threads of the daemon's async runtime: the intake's QUIC connections and
+    /// streams, the admin API, metrics. 0 = half the cores, at least one. Default `0`.
+    pub runtime_threads: usize,
     /// Nice value (-20..=19) of the apply threads and the safe-time publisher, the stages
     /// consistent reads wait on; 0 = the process's. Below the process's own it needs
     /// `CAP_SYS_NICE` or a `LimitNICE=` that allows it; refused, it is logged and the
@@ -228,6 +231,14 @@ pub const MAX_LANES: usize = 256;
 /// The most apply threads `apply-threads` may ask for.
 pub const MAX_APPLY_THREADS: usize = 256;
 
+/// The most runtime threads `runtime-threads` may ask for.
+pub const MAX_RUNTIME_THREADS: usize = 256;
+
+/// The applier's runtime threads when `runtime-threads` is 0: half the cores, at least one.
+pub fn default_runtime_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+}
+
 /// The level names a `log-level` directive may use (case-insensitive).
 const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
 
@@ -366,6 +377,7 @@ impl Default for ApplierConfig {
             segment_size: 64 << 20,
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
             apply_threads: 0,
+            runtime_threads: 0,
             apply_nice: 0,
             store_nice: 0,
             received_direct_io: false,
@@ -419,6 +431,12 @@ impl ApplierConfig {
                 self.apply_threads
             );
         }
+        if self.runtime_threads > MAX_RUNTIME_THREADS {
+            bail!(
+                "key \"runtime-threads\": {} is above the maximum {MAX_RUNTIME_THREADS} (0 = half the cores, at least one)",
+                self.runtime_threads
+            );
+        }
         for (key, v) in [
             ("apply-nice", self.apply_nice),
             ("store-nice", self.store_nice),
@@ -437,6 +455,17 @@ impl ApplierConfig {
             self.apply_threads
         } else {
             tidelog_applier::apply::ApplyThreads::default_count()
+        }
+    }
+
+    /// The async runtime's worker threads: `runtime-threads`, or half the cores (at least
+    /// one) when it is 0. On 2 cores one worker left the intake's QUIC work 8 % cheaper
+    /// than two, which handed it back and forth between the cores (`BENCHMARKS.md`).
+    pub fn effective_runtime_threads(&self) -> usize {
+        if self.runtime_threads > 0 {
+            self.runtime_threads
+        } else {
+            default_runtime_threads()
         }
     }
 }
@@ -866,6 +895,7 @@ expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
 cache-size = "1GiB"
 apply-threads = 3
+runtime-threads = 2
 apply-nice = -5
 store-nice = 7
 [tls]
@@ -892,6 +922,7 @@ udp-receive-buffer = "16MiB"
         assert_eq!(c.cache_size, 1 << 30);
         assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
         assert_eq!(c.effective_apply_threads(), 3);
+        assert_eq!(c.effective_runtime_threads(), 2);
         assert!(ApplierConfig::default().effective_apply_threads() >= 1);
         assert_eq!(c.apply_nice, -5);
         assert_eq!(c.store_nice, 7);
@@ -1204,6 +1235,14 @@ ship-unsynced = true
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"apply-threads\": 257 is above"), "{e}");
         c.apply_threads = 0;
+        c.runtime_threads = MAX_RUNTIME_THREADS + 1;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            e.starts_with("key \"runtime-threads\": 257 is above"),
+            "{e}"
+        );
+        c.runtime_threads = 0;
+        assert!(c.effective_runtime_threads() >= 1);
         type Field = fn(&mut ApplierConfig) -> &mut i32;
         let nice: [(&str, Field); 2] = [
             ("apply-nice", |c| &mut c.apply_nice),

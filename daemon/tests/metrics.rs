@@ -94,10 +94,12 @@ fn promtool_check(what: &str, text: &str) {
 fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     let dir = tempfile::tempdir().unwrap();
     let (aport, sport) = (free_tcp_port(), free_tcp_port());
+    // Not the default, so the status shows the key reached the runtime.
+    let workers = tidelog::config::default_runtime_threads() + 2;
     let c = Cluster::with(
         dir.path(),
         "batch",
-        &format!("metrics-listen = \"127.0.0.1:{aport}\"\n"),
+        &format!("metrics-listen = \"127.0.0.1:{aport}\"\nruntime-threads = {workers}\n"),
         &format!("lanes = 1\nmetrics-listen = \"127.0.0.1:{sport}\"\n"),
     );
     write_records(&c.wal, "t1", 50, |_| vec![b'x'; 100]);
@@ -127,6 +129,7 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     assert_eq!(st["apply_yield"]["held_ms_total"], 0, "{st}");
     assert_eq!(st["received_direct_io"]["configured"], false, "{st}");
     assert_eq!(st["received_direct_io"]["in_use"], false, "{st}");
+    assert_eq!(st["runtime_threads"], workers, "{st}");
     let s1 = scrape_socket(&c.shipper_sock);
     promtool_check("applier", &a1);
     promtool_check("shipper", &s1);

@@ -57,6 +57,9 @@ pub struct ApplierArgs {
     /// The daemon's `apply-yield-to-intake`, in milliseconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub apply_yield_ms: u64,
+    /// The daemon's `runtime-threads` (0: its default).
+    #[arg(long, default_value_t = 0)]
+    pub runtime_threads: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -110,7 +113,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 pub fn run_applier(a: &ApplierArgs) -> Result<()> {
+    // As the daemon's `runtime-threads`.
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(match a.runtime_threads {
+            0 => tidelog::config::default_runtime_threads(),
+            n => n,
+        })
         .enable_all()
         .build()?;
     let store = Arc::new(Store::open(&a.data_dir)?);

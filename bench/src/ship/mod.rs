@@ -107,6 +107,10 @@ pub struct ShipArgs {
     /// daemon's `apply-yield-to-intake` (its default `1s`; `0s`: never).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     apply_yield: Duration,
+    /// Worker threads of the applier's async runtime (QUIC), as the daemon's
+    /// `runtime-threads` (0: its default, half the cores, at least one).
+    #[arg(long, default_value_t = 0)]
+    runtime_threads: usize,
     /// Measure the lanes=1 ratio this many times: after the first pass, raw quinn and a
     /// lanes=1 run alternate `rounds - 1` more times, and the ratio's budget is judged on
     /// the median of the rounds' ratios (each run against the raw quinn just before it), so
@@ -290,7 +294,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         source.write_s
     );
     println!(
-        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}{}, apply nice {}, store nice {}, apply yield {:?}",
+        "quic: max_udp_payload {} B, frame {}, window {}/tablet, stream window {}, connection window {}; intake sync={}{}, apply nice {}, store nice {}, apply yield {:?}, runtime threads {}",
         args.max_udp_payload,
         fmt_bytes(args.frame),
         fmt_bytes(args.window),
@@ -300,7 +304,11 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         if args.direct_io { " O_DIRECT" } else { "" },
         args.apply_nice,
         args.store_nice,
-        args.apply_yield
+        args.apply_yield,
+        match args.runtime_threads {
+            0 => tidelog::config::default_runtime_threads(),
+            n => n,
+        }
     );
     let extents = extents(&wal_dir, &source)?;
     let mut baselines = Vec::new();
@@ -766,6 +774,8 @@ fn ship_run(
         .chain([
             "--apply-yield-ms".into(),
             args.apply_yield.as_millis().to_string().into(),
+            "--runtime-threads".into(),
+            args.runtime_threads.to_string().into(),
         ])
         .collect(),
     )?;
