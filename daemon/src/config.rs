@@ -239,6 +239,17 @@ pub fn default_runtime_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
+/// The applier's runtime threads for a `runtime-threads` value: itself, or
+/// [`default_runtime_threads`] when it is 0. On 2 cores one worker left the intake's QUIC
+/// work 8 % cheaper than two, which handed it back and forth between the cores
+/// (`BENCHMARKS.md`).
+pub fn runtime_threads(configured: usize) -> usize {
+    match configured {
+        0 => default_runtime_threads(),
+        n => n,
+    }
+}
+
 /// The level names a `log-level` directive may use (case-insensitive).
 const LEVELS: [&str; 6] = ["error", "warn", "info", "debug", "trace", "off"];
 
@@ -458,15 +469,9 @@ impl ApplierConfig {
         }
     }
 
-    /// The async runtime's worker threads: `runtime-threads`, or half the cores (at least
-    /// one) when it is 0. On 2 cores one worker left the intake's QUIC work 8 % cheaper
-    /// than two, which handed it back and forth between the cores (`BENCHMARKS.md`).
+    /// The async runtime's worker threads ([`runtime_threads`]).
     pub fn effective_runtime_threads(&self) -> usize {
-        if self.runtime_threads > 0 {
-            self.runtime_threads
-        } else {
-            default_runtime_threads()
-        }
+        runtime_threads(self.runtime_threads)
     }
 }
 

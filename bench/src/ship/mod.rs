@@ -305,10 +305,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         args.apply_nice,
         args.store_nice,
         args.apply_yield,
-        match args.runtime_threads {
-            0 => tidelog::config::default_runtime_threads(),
-            n => n,
-        }
+        tidelog::config::runtime_threads(args.runtime_threads)
     );
     let extents = extents(&wal_dir, &source)?;
     let mut baselines = Vec::new();
