@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{RecordHeader, RECORD_HEADER_LEN};
 use tidelog_wal::reader::{list_segments, SEGMENT_DATA_OFFSET};
-use tidelog_wal::wire::{verify_records, whole_records_prefix, WireError};
+use tidelog_wal::wire::{take_records, WireError};
 use tidelog_wal::{HybridTime, TabletId, WalPos};
 use zerocopy::FromBytes;
 
@@ -227,45 +227,35 @@ impl Tail {
                         });
                     }
                 };
-                let (len, count, last) = whole_records_prefix(&b[..got], got);
-                if count > 0 {
-                    // Records are shipped as they are on disk: check them here, so a record
-                    // damaged at the source stops this tablet with an error naming the file
-                    // instead of having the applier refuse the frame and the shipper resend
-                    // it forever. The good records in front of it still go.
-                    let chunk = match verify_records(&self.tablet, &b[..len], pos, None) {
-                        Ok(_) => Ok(Chunk {
-                            len,
-                            count,
-                            last_ht: last.unwrap_or_default(),
-                        }),
-                        Err(WireError::BadRecord { pos: bad, .. }) if bad > pos => {
-                            let good = bad.since(pos) as usize;
-                            let (len, count, last) = whole_records_prefix(&b[..good], good);
-                            Ok(Chunk {
-                                len,
-                                count,
-                                last_ht: last.unwrap_or_default(),
-                            })
-                        }
-                        Err(e) => {
-                            let (bad, reason) = match e {
-                                WireError::BadRecord { pos, reason, .. } => (pos, reason),
-                                other => (pos, other.to_string()),
-                            };
-                            Err(TailError::Corrupt {
-                                tablet: self.tablet.clone(),
-                                file: cur.path.clone(),
-                                pos: bad,
-                                reason: format!(
-                                    "damaged record at the source: {reason} at byte offset {} of the segment",
-                                    SEGMENT_DATA_OFFSET + bad.since(first)
-                                ),
-                            })
-                        }
-                    };
+                // Records are shipped as they are on disk: check them here, so a record
+                // damaged at the source stops this tablet with an error naming the file
+                // instead of having the applier refuse the frame and the shipper resend it
+                // forever. The good records in front of it still go.
+                let taken = take_records(&self.tablet, &b[..got], pos, got);
+                if taken.summary.count > 0 {
                     *buf = b;
-                    return chunk.map(Some);
+                    return Ok(Some(Chunk {
+                        len: taken.len,
+                        count: taken.summary.count,
+                        last_ht: taken.summary.last_ht.unwrap_or_default(),
+                    }));
+                }
+                if let Some(e) = taken.bad {
+                    let (bad, reason) = match e {
+                        WireError::BadRecord { pos, reason, .. } => (pos, reason),
+                        other => (pos, other.to_string()),
+                    };
+                    let file = cur.path.clone();
+                    *buf = b;
+                    return Err(TailError::Corrupt {
+                        tablet: self.tablet.clone(),
+                        file,
+                        pos: bad,
+                        reason: format!(
+                            "damaged record at the source: {reason} at byte offset {} of the segment",
+                            SEGMENT_DATA_OFFSET + bad.since(first)
+                        ),
+                    });
                 }
                 // A first record larger than `max`: read it alone.
                 let rec_len = RecordHeader::read_from_prefix(&b[..got])

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-use crate::format::{Kind, RecordHeader, RECORD_HEADER_LEN};
+use crate::format::{RecordHeader, RECORD_HEADER_LEN};
 use crate::ids::{TabletId, MAX_TABLET_ID_LEN};
 use crate::pos::WalPos;
 use crate::record::header_problem;
@@ -657,48 +657,113 @@ pub fn verify_records(
         first_ht: None,
         last_ht: None,
     };
-    let mut last = after_ht;
     while off < payload.len() {
         let pos = first.add(off as u64);
-        let err = |reason: String| WireError::BadRecord {
-            tablet: tablet.clone(),
-            pos,
-            reason,
-        };
         let rest = &payload[off..];
         let h = RecordHeader::read_from_prefix(rest)
-            .map_err(|_| {
-                err(format!(
+            .map_err(|_| WireError::BadRecord {
+                tablet: tablet.clone(),
+                pos,
+                reason: format!(
                     "{} bytes left, too short for a record header",
                     rest.len()
-                ))
+                ),
             })?
             .0;
-        if let Some(reason) = header_problem(&h, pos.0, rest.len()) {
-            return Err(err(reason));
-        }
-        if Kind::from_u8(h.kind).is_none() {
-            return Err(err(format!("unknown record kind {}", h.kind)));
-        }
-        let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if crate::format::record_checksum(&rest[..total]) != h.checksum.get() {
-            return Err(err("record checksum mismatch".into()));
-        }
-        let ht = HybridTime(h.ht.get());
-        if let Some(l) = last {
-            if ht <= l {
-                return Err(err(format!(
-                    "record ht {ht} is not greater than the previous ht {l}"
-                )));
-            }
-        }
-        last = Some(ht);
+        let (total, ht) = check_record(tablet, &h, rest, pos, sum.last_ht.or(after_ht))?;
         sum.first_ht.get_or_insert(ht);
         sum.last_ht = Some(ht);
         sum.count += 1;
         off += total;
     }
     Ok(sum)
+}
+
+/// Checks the record with header `h` at the front of `rest` (at `pos`): header, kind,
+/// checksum, and ht above `last`. Returns its whole length and its ht.
+#[inline]
+fn check_record(
+    tablet: &TabletId,
+    h: &RecordHeader,
+    rest: &[u8],
+    pos: WalPos,
+    last: Option<HybridTime>,
+) -> Result<(usize, HybridTime), WireError> {
+    let err = |reason: String| WireError::BadRecord {
+        tablet: tablet.clone(),
+        pos,
+        reason,
+    };
+    // The kind is among the header's checks.
+    if let Some(reason) = header_problem(h, pos.0, rest.len()) {
+        return Err(err(reason));
+    }
+    let total = RECORD_HEADER_LEN + h.len.get() as usize;
+    if crate::format::record_checksum(&rest[..total]) != h.checksum.get() {
+        return Err(err("record checksum mismatch".into()));
+    }
+    let ht = HybridTime(h.ht.get());
+    if let Some(l) = last {
+        if ht <= l {
+            return Err(err(format!(
+                "record ht {ht} is not greater than the previous ht {l}"
+            )));
+        }
+    }
+    Ok((total, ht))
+}
+
+/// The whole, checked records at the front of a read: see [`take_records`].
+#[derive(Debug)]
+pub struct Taken {
+    /// Bytes of whole, good records at the front.
+    pub len: usize,
+    pub summary: RecordsSummary,
+    /// The damaged record right after them, if one stopped the walk.
+    pub bad: Option<WireError>,
+}
+
+/// [`whole_records_prefix`] and [`verify_records`] in one walk, for a sender that checks
+/// what it is about to send: takes the whole records at the front of `bytes` (records from
+/// `first`) up to `max` bytes, checking each as [`verify_records`] does, and stops at the
+/// first damaged one, which it reports in [`Taken::bad`]. One pass reads each record once,
+/// header and body together, so the next header is already on its way into the cache
+/// while a body is hashed; the two passes chased the headers through memory first.
+pub fn take_records(tablet: &TabletId, bytes: &[u8], first: WalPos, max: usize) -> Taken {
+    let mut off = 0usize;
+    let mut summary = RecordsSummary {
+        count: 0,
+        first_ht: None,
+        last_ht: None,
+    };
+    let mut bad = None;
+    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
+        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
+            break;
+        }
+        let total = RECORD_HEADER_LEN + h.len.get() as usize;
+        if off + total > bytes.len() || off + total > max {
+            break;
+        }
+        let pos = first.add(off as u64);
+        match check_record(tablet, &h, &bytes[off..off + total], pos, summary.last_ht) {
+            Ok((_, ht)) => {
+                summary.first_ht.get_or_insert(ht);
+                summary.last_ht = Some(ht);
+                summary.count += 1;
+                off += total;
+            }
+            Err(e) => {
+                bad = Some(e);
+                break;
+            }
+        }
+    }
+    Taken {
+        len: off,
+        summary,
+        bad,
+    }
 }
 
 /// Splits `bytes` (records from `first`) at the last record boundary at or below `max`
@@ -909,6 +974,44 @@ mod tests {
                 }
                 let c = cut.index(orig.len());
                 prop_assert!(decode(&orig[..c]).is_err());
+            }
+
+            /// The one-pass walk takes exactly what the two passes it replaces took: the
+            /// whole-record prefix, cut short at the first damaged record, which it names.
+            #[test]
+            fn take_records_is_prefix_then_verify(
+                n in 1usize..8,
+                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+                max in any::<prop::sample::Index>(),
+                zero_tail in 0usize..80,
+            ) {
+                let first = WalPos(4096);
+                let mut bytes = records(first, n);
+                for (i, v) in &flips {
+                    let at = i.index(bytes.len());
+                    bytes[at] = *v;
+                }
+                bytes.extend(std::iter::repeat_n(0u8, zero_tail));
+                let max = max.index(bytes.len() + 1);
+                let taken = take_records(&t("p"), &bytes, first, max);
+                let (len, count, last) = whole_records_prefix(&bytes, max);
+                match verify_records(&t("p"), &bytes[..len], first, None) {
+                    Ok(sum) => {
+                        prop_assert!(taken.bad.is_none(), "{:?}", taken.bad);
+                        prop_assert_eq!(taken.len, len);
+                        prop_assert_eq!(taken.summary, sum);
+                        prop_assert_eq!((sum.count, sum.last_ht), (count, last));
+                    }
+                    Err(e) => {
+                        let WireError::BadRecord { pos, .. } = &e else {
+                            return Err(TestCaseError::fail(format!("not a record error: {e}")));
+                        };
+                        prop_assert_eq!(taken.len as u64, pos.since(first));
+                        prop_assert_eq!(taken.bad.as_ref().map(|b| b.to_string()), Some(e.to_string()));
+                        let good = verify_records(&t("p"), &bytes[..taken.len], first, None).unwrap();
+                        prop_assert_eq!(taken.summary, good);
+                    }
+                }
             }
         }
     }

@@ -849,7 +849,13 @@ impl Writer {
         let mut off = 0usize;
         while off < bytes.len() {
             let room = self.active.capacity - self.off;
-            let (n, _, _) = crate::wire::whole_records_prefix(&bytes[off..], room);
+            // Checked whole records above: when the rest fits, no need to walk the headers
+            // again (the common case, a frame well inside a segment).
+            let n = if bytes.len() - off <= room {
+                bytes.len() - off
+            } else {
+                crate::wire::whole_records_prefix(&bytes[off..], room).0
+            };
             if n == 0 {
                 use zerocopy::FromBytes;
                 let first = crate::format::RecordHeader::read_from_prefix(&bytes[off..])
