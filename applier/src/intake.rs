@@ -52,6 +52,11 @@ pub struct IntakeOptions {
     /// Write the received logs with `O_DIRECT` (`WalOptions::direct_io`). Where the file
     /// system refuses it, the logs are written through the page cache, with a warning.
     pub direct_io: bool,
+    /// Without `direct_io`: while a shipper catches up ([`IntakeActivity::catching_up`]),
+    /// the received-log segments begun are written with `O_DIRECT`, and through the page
+    /// cache again once the catch-up is over (`Writer::set_direct_io`). A live stream's
+    /// small frames keep the page cache, where apply reads them back at once.
+    pub direct_io_in_catch_up: bool,
 }
 
 impl IntakeOptions {
@@ -65,6 +70,7 @@ impl IntakeOptions {
             quic: wire::QuicTuning::default(),
             queue_frames: 64,
             direct_io: false,
+            direct_io_in_catch_up: false,
         }
     }
 }
@@ -378,6 +384,8 @@ struct Shared {
     /// The received logs are written with `O_DIRECT`: asked for, and the file system takes
     /// it.
     direct_io: bool,
+    /// Their segments begun during a catch-up are (asked for, and the file system takes it).
+    direct_io_in_catch_up: bool,
 }
 
 struct Hook(Option<DurableHook>);
@@ -429,7 +437,10 @@ impl Intake {
         let ec = crate::tls::endpoint_config(&opts.data_dir)?;
         let (endpoint, rcvbuf) = server_endpoint(opts.listen, ec, sc, opts.quic.udp_receive_buffer)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
-        let direct_io = opts.direct_io && direct_io_supported(&root);
+        let supported =
+            (opts.direct_io || opts.direct_io_in_catch_up) && direct_io_supported(&root);
+        let direct_io = opts.direct_io && supported;
+        let direct_io_in_catch_up = !direct_io && opts.direct_io_in_catch_up && supported;
         let shared = Arc::new(Shared {
             opts,
             tablets: Mutex::new(BTreeMap::new()),
@@ -442,6 +453,7 @@ impl Intake {
             conns: Mutex::new(BTreeMap::new()),
             activity: Arc::default(),
             direct_io,
+            direct_io_in_catch_up,
         });
         for t in tidelog_wal::reader::list_tablets(&root)
             .with_context(|| format!("listing {}", root.display()))?
@@ -462,6 +474,12 @@ impl Intake {
     /// [`IntakeOptions::direct_io`] and taken by the file system).
     pub fn direct_io(&self) -> bool {
         self.shared.direct_io
+    }
+
+    /// Whether received-log segments begun during a catch-up are written with `O_DIRECT`
+    /// ([`IntakeOptions::direct_io_in_catch_up`], and the file system takes it).
+    pub fn direct_io_in_catch_up(&self) -> bool {
+        self.shared.direct_io_in_catch_up
     }
 
     /// When the intake last made frames durable (see [`IntakeActivity`]).
@@ -744,6 +762,11 @@ fn writer_thread(
             ti.heartbeat.beat();
             std::thread::sleep(Duration::from_millis(20));
         };
+        if shared.direct_io_in_catch_up {
+            if let Err(e) = w.set_direct_io(shared.activity.catching_up()) {
+                tracing::warn!(tablet = %tablet, "received log: staying in the page cache: {e}");
+            }
+        }
         let mut error = None;
         // An I/O error while staging: nothing of the group may be committed or acked.
         let mut failure: Option<String> = None;

@@ -221,6 +221,8 @@ pub struct ApplierState {
     pub store_nice: (i32, Result<usize, String>),
     /// `received-direct-io` as configured.
     pub received_direct_io: bool,
+    /// `received-direct-io-in-catch-up` as configured.
+    pub received_direct_io_in_catch_up: bool,
 }
 
 /// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
@@ -303,6 +305,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     opts.sync = cfg.sync;
     opts.segment_size = cfg.segment_size;
     opts.direct_io = cfg.received_direct_io;
+    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
     let a2 = appliers.clone();
@@ -352,6 +355,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         apply_nice: cfg.apply_nice,
         store_nice,
         received_direct_io: cfg.received_direct_io,
+        received_direct_io_in_catch_up: cfg.received_direct_io_in_catch_up,
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -552,6 +556,10 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "store_nice": store_nice_json(&s.store_nice),
         "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
         "received_direct_io": {"configured": s.received_direct_io, "in_use": s.intake.direct_io()},
+        "received_direct_io_in_catch_up": {
+            "configured": s.received_direct_io_in_catch_up,
+            "in_use": s.intake.direct_io_in_catch_up(),
+        },
         // The async runtime's worker threads (`runtime-threads`), as the runtime has them.
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
         "tablets": rows,

@@ -77,6 +77,15 @@ pub struct ApplierConfig {
     /// 4KiB. Where the file system refuses `O_DIRECT` the logs are written through the page
     /// cache, with a warning. Default `false`.
     pub received_direct_io: bool,
+    /// Without `received-direct-io`: while shippers send a backlog (frames of 256 KiB or
+    /// more within the last 100 ms), the received-log segments are written with `O_DIRECT`,
+    /// and through the page cache again once the backlog is in. A bulk catch-up then costs
+    /// no page-cache copy and takes no fresh pages (on a 2-core VM one lane received
+    /// 560–629 MB/s with it against 317–477 without), while a target that keeps up (small
+    /// frames) keeps its received logs in the page cache, where apply reads them back at
+    /// once. Segments whose size is not a multiple of 4KiB stay in the page cache. Default
+    /// `true`.
+    pub received_direct_io_in_catch_up: bool,
     /// During a catch-up — shippers send a backlog (frames of 256 KiB or more) and the
     /// apply threads are behind (full batches) — the apply threads hold back, each time by
     /// at most this long: the received logs are made durable first (what a disaster loses),
@@ -392,6 +401,7 @@ impl Default for ApplierConfig {
             apply_nice: 0,
             store_nice: 0,
             received_direct_io: false,
+            received_direct_io_in_catch_up: true,
             apply_yield_to_intake: Duration::from_secs(1),
             tls: TlsConfig::applier_default(),
             quic: QuicConfig::default(),
@@ -1021,6 +1031,11 @@ ship-unsynced = true
                 "tablet \"t1\" is listed more than once",
             ),
             ("received-direct-io = \"yes\"", "received-direct-io", ""),
+            (
+                "received-direct-io-in-catch-up = 1",
+                "received-direct-io-in-catch-up",
+                "",
+            ),
             (
                 "apply-yield-to-intake = \"a while\"",
                 "apply-yield-to-intake",

@@ -129,6 +129,14 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     assert_eq!(st["apply_yield"]["held_ms_total"], 0, "{st}");
     assert_eq!(st["received_direct_io"]["configured"], false, "{st}");
     assert_eq!(st["received_direct_io"]["in_use"], false, "{st}");
+    // On by default; in use where the file system takes O_DIRECT.
+    let in_catch_up = &st["received_direct_io_in_catch_up"];
+    assert_eq!(in_catch_up["configured"], true, "{st}");
+    assert_eq!(
+        in_catch_up["in_use"],
+        tidelog_wal::direct_io_supported(&std::env::temp_dir()),
+        "{st}"
+    );
     assert_eq!(st["runtime_threads"], workers, "{st}");
     let s1 = scrape_socket(&c.shipper_sock);
     promtool_check("applier", &a1);

@@ -402,3 +402,138 @@ fn a_damaged_source_record_stops_its_tablet_in_error_naming_the_file() {
     shipper.shutdown();
     rt.block_on(intake.shutdown());
 }
+
+/// Of the received log's positions `[from, to)` (whole pages only), how many pages are in
+/// the page cache, and how many there are (`mincore` over a mapping of each segment).
+fn cached_pages(
+    root: &std::path::Path,
+    t: &tidelog_wal::TabletId,
+    from: tidelog_wal::WalPos,
+    to: tidelog_wal::WalPos,
+) -> (usize, usize) {
+    use tidelog_wal::format::SEGMENT_HEADER_LEN;
+    let dir = root.join(t.as_str());
+    let mut segs: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.unwrap().path();
+            let first = u64::from_str_radix(p.file_name()?.to_str()?.strip_suffix(".seg")?, 16);
+            Some((first.ok()?, p))
+        })
+        .collect();
+    segs.sort();
+    let (mut cached, mut total) = (0, 0);
+    for (i, (first, path)) in segs.iter().enumerate() {
+        let end = segs.get(i + 1).map_or(u64::MAX, |s| s.0);
+        let (a, b) = (from.0.max(*first), to.0.min(end));
+        if a >= b {
+            continue;
+        }
+        let f = std::fs::File::open(path).unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a fresh read-only shared mapping of the whole file, only handed to
+        // mincore (never read through) and unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap {}", path.display());
+        let mut v = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: `map` is a live mapping of `len` bytes; `v` has one byte per page.
+        let rc = unsafe { libc::mincore(map, len, v.as_mut_ptr()) };
+        // SAFETY: the mapping made above, of `len` bytes.
+        unsafe { libc::munmap(map, len) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        let pa = (SEGMENT_HEADER_LEN + (a - first) as usize).div_ceil(4096);
+        let pb = (SEGMENT_HEADER_LEN + (b - first) as usize) / 4096;
+        if pa < pb {
+            cached += v[pa..pb].iter().filter(|b| *b & 1 == 1).count();
+            total += pb - pa;
+        }
+    }
+    (cached, total)
+}
+
+/// `direct_io_in_catch_up` (the daemon's `received-direct-io-in-catch-up`): a backlog,
+/// shipped in large frames, is written around the page cache; a live stream after it, in
+/// small frames, through the page cache again, where apply reads it back at once.
+#[test]
+fn a_backlog_goes_around_the_page_cache_and_a_live_stream_through_it() {
+    let p = pki("t");
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let mut o = IntakeOptions::new("127.0.0.1:0".parse().unwrap(), dst.path().to_path_buf());
+    o.sync = SyncPolicy::Batch;
+    o.segment_size = 4 << 20;
+    o.direct_io_in_catch_up = true;
+    let intake = {
+        let _g = rt.enter();
+        Intake::start(o, server_tls(&p), None).unwrap()
+    };
+    if !intake.direct_io_in_catch_up() {
+        eprintln!("the temporary directory's file system refuses O_DIRECT: skipped");
+        rt.block_on(intake.shutdown());
+        return;
+    }
+    let t = tablet(0);
+    let mut w = source(src.path(), &t, 32 << 20);
+    write_records(&mut w, 0, 12_000, 1000);
+    let backlog_end = w.written_pos();
+    let mut so = shipper_opts(src.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1);
+    so.max_frame_bytes = 1 << 20;
+    so.window_bytes = 8 << 20;
+    let shipper = Shipper::start(so, client_tls(&p)).unwrap();
+    wait_received(
+        &intake,
+        &t,
+        backlog_end,
+        "the backlog",
+        Duration::from_secs(60),
+    );
+    let activity = intake.activity();
+    wait_for("the catch-up to end", Duration::from_secs(10), || {
+        !activity.catching_up()
+    });
+    for i in 0..40 {
+        write_records(&mut w, 100_000 + i * 10, 10, 1000);
+        wait_received(
+            &intake,
+            &t,
+            w.written_pos(),
+            "live",
+            Duration::from_secs(20),
+        );
+    }
+    let live_end = w.written_pos();
+    let received = dst.path().join("received");
+    // The first frames go through the page cache: the catch-up is seen once they are durable.
+    let skip = tidelog_wal::WalPos(2 << 20);
+    let (b_cached, b_total) = cached_pages(&received, &t, skip, backlog_end);
+    let (l_cached, l_total) = cached_pages(&received, &t, backlog_end, live_end);
+    assert!(
+        b_total > 1500 && l_total > 50,
+        "{b_total} / {l_total} pages"
+    );
+    assert!(
+        b_cached * 5 < b_total,
+        "{b_cached} of the backlog's {b_total} pages are in the page cache"
+    );
+    assert!(
+        l_cached * 2 > l_total,
+        "only {l_cached} of the live stream's {l_total} pages are in the page cache"
+    );
+    // (Reading it brings it into the page cache: after the counts.)
+    assert!(
+        read_all(src.path(), &t) == read_all(&received, &t),
+        "received log differs from the source"
+    );
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}

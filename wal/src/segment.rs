@@ -144,6 +144,9 @@ pub(crate) struct MappedSegment {
     pub capacity: usize,
     map: Arc<MmapRaw>,
     file: File,
+    /// Some of it was written with `O_DIRECT`: synced with `fdatasync`, which also writes
+    /// back what reached it through the page cache, not with `msync` of the mapping.
+    direct: AtomicBool,
 }
 
 /// Asks the kernel to drop the clean, unmapped page-cache pages holding the record area's
@@ -171,6 +174,15 @@ pub fn drop_cached(file: &File, path: &Path, from: usize, to: usize) -> Result<(
 }
 
 impl MappedSegment {
+    /// Marks the segment as written (from now on) with `O_DIRECT`.
+    pub fn mark_direct(&self) {
+        self.direct.store(true, Ordering::Release);
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct.load(Ordering::Acquire)
+    }
+
     /// Creates a new preallocated segment durably: `.partial`, header, fdatasync, rename,
     /// fsync directory.
     pub fn create(
@@ -233,6 +245,7 @@ impl MappedSegment {
             capacity: len - SEGMENT_HEADER_LEN,
             map: Arc::new(map),
             file,
+            direct: AtomicBool::new(false),
         })
     }
 
@@ -255,6 +268,7 @@ impl MappedSegment {
             capacity: size as usize - SEGMENT_HEADER_LEN,
             map: Arc::new(map),
             file,
+            direct: AtomicBool::new(false),
         })
     }
 

@@ -664,10 +664,7 @@ pub fn verify_records(
             .map_err(|_| WireError::BadRecord {
                 tablet: tablet.clone(),
                 pos,
-                reason: format!(
-                    "{} bytes left, too short for a record header",
-                    rest.len()
-                ),
+                reason: format!("{} bytes left, too short for a record header", rest.len()),
             })?
             .0;
         let (total, ht) = check_record(tablet, &h, rest, pos, sum.last_ht.or(after_ht))?;

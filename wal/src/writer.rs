@@ -175,8 +175,6 @@ struct Shared {
     /// Set (after `SyncState::failed`) when a sync failed, so the `None` commit path can
     /// check for poisoning without taking the lock.
     failed_flag: AtomicBool,
-    /// The segments are written with `O_DIRECT`: synced with `fdatasync`, not `msync`.
-    direct: bool,
 }
 
 impl Shared {
@@ -201,7 +199,7 @@ impl Shared {
             let lo = from.max(seg.first);
             let hi = to.min(seg.limit());
             if lo < hi {
-                let synced = if self.direct {
+                let synced = if seg.is_direct() {
                     seg.sync_data()
                 } else {
                     seg.sync_range(lo.since(seg.first) as usize, hi.since(seg.first) as usize)
@@ -324,7 +322,6 @@ impl Writer {
             wake: Condvar::new(),
             control,
             failed_flag: AtomicBool::new(false),
-            direct: opts.direct_io,
         });
         let mut w = Writer {
             tablet: tablet.clone(),
@@ -356,14 +353,13 @@ impl Writer {
     /// before direct I/O was turned on) is written through the page cache instead, until
     /// the next rotation: a padded block would grow its file.
     fn restage(&mut self, off: usize) -> Result<()> {
-        if !self.opts.direct_io {
-            return Ok(());
-        }
         let file_len = self.active.capacity + SEGMENT_HEADER_LEN;
-        if file_len % crate::direct::BLOCK != 0 {
+        if !self.opts.direct_io || file_len % crate::direct::BLOCK != 0 {
+            // Through the page cache (the stage, if any, was written out or rolled back).
             self.direct = None;
             return Ok(());
         }
+        self.active.mark_direct();
         let end = (SEGMENT_HEADER_LEN + off) as u64;
         match self.direct.as_mut() {
             Some(stage) => stage.retarget(&self.active.path, end),
@@ -372,6 +368,28 @@ impl Writer {
                 Ok(())
             }
         }
+    }
+
+    /// Turns [`WalOptions::direct_io`] on or off: at once when nothing is staged beyond the
+    /// last commit, else at the next rotation or rollback. A segment written partly each way
+    /// is synced with `fdatasync`, which covers both; the kernel keeps the page cache
+    /// coherent with the direct writes. A segment that is not a whole number of blocks stays
+    /// in the page cache. On an error (opening the segment with `O_DIRECT`) the writer goes
+    /// on through the page cache and tries again at the next rotation.
+    pub fn set_direct_io(&mut self, on: bool) -> Result<()> {
+        if self.opts.direct_io == on {
+            return Ok(());
+        }
+        self.opts.direct_io = on;
+        if self.staged_pos() == self.committed {
+            self.restage(self.off)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the active segment is being written with `O_DIRECT`.
+    pub fn direct_io_active(&self) -> bool {
+        self.direct.is_some()
     }
 
     pub fn tablet(&self) -> &TabletId {

@@ -1,6 +1,7 @@
 //! The direct-I/O writer (`WalOptions::direct_io`) against the buffered one: fed the same
-//! appends, commits, rollbacks and reopens, both leave byte-identical segment files, and
-//! readers see the same committed records at every step, buffered readers and direct
+//! appends, commits, rollbacks, reopens and switches of the direct writer between the two
+//! ways (`Writer::set_direct_io`), both leave byte-identical segment files, and readers see
+//! the same committed records at every step, buffered readers and direct
 //! (`Reader::set_direct_io`) ones, fresh and tailing.
 #![allow(clippy::unwrap_used)]
 
@@ -97,6 +98,9 @@ enum Step {
     Commit(SyncPolicy),
     Rollback,
     Reopen,
+    /// `set_direct_io` on the direct writer: from here (or, with records staged, from the
+    /// next rotation or rollback) it writes the other way; the files must not change.
+    Switch(bool),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -107,6 +111,7 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(Step::Commit),
         1 => Just(Step::Rollback),
         1 => Just(Step::Reopen),
+        2 => any::<bool>().prop_map(Step::Switch),
     ]
 }
 
@@ -168,6 +173,9 @@ proptest! {
                     }
                     staged.clear();
                     ht = committed_ht;
+                }
+                Step::Switch(on) => {
+                    ws[1].as_mut().unwrap().set_direct_io(on).unwrap();
                 }
                 Step::Reopen => {
                     // Staged records are rolled back first: left staged at a close, the

@@ -54,6 +54,10 @@ pub struct ApplierArgs {
     /// Write the received logs with `O_DIRECT` (the daemon's `received-direct-io`).
     #[arg(long)]
     pub direct_io: bool,
+    /// Received-log segments begun during a catch-up with `O_DIRECT` (the daemon's
+    /// `received-direct-io-in-catch-up`).
+    #[arg(long)]
+    pub direct_io_in_catch_up: bool,
     /// The daemon's `apply-yield-to-intake`, in milliseconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub apply_yield_ms: u64,
@@ -158,6 +162,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     let mut o = IntakeOptions::new(a.listen, a.data_dir.clone());
     o.sync = a.sync.policy();
     o.direct_io = a.direct_io;
+    o.direct_io_in_catch_up = a.direct_io_in_catch_up;
     o.quic.max_udp_payload = a.max_udp_payload;
     let intake = {
         let _g = rt.enter();

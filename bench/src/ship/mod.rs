@@ -103,6 +103,11 @@ pub struct ShipArgs {
     /// Write the received logs with `O_DIRECT`, as the daemon's `received-direct-io`.
     #[arg(long)]
     direct_io: bool,
+    /// Received logs through the page cache during a catch-up too, as the daemon's
+    /// `received-direct-io-in-catch-up = false` (its default, `true`, writes the segments
+    /// begun during a catch-up with `O_DIRECT`).
+    #[arg(long)]
+    buffered_catch_up: bool,
     /// Hold the apply threads back during a catch-up, each time by at most this long, as the
     /// daemon's `apply-yield-to-intake` (its default `1s`; `0s`: never).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
@@ -301,7 +306,13 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         fmt_bytes(QuicTuning::default().stream_receive_window),
         fmt_bytes(QuicTuning::default().receive_window),
         args.sync.name(),
-        if args.direct_io { " O_DIRECT" } else { "" },
+        if args.direct_io {
+            " O_DIRECT"
+        } else if !args.buffered_catch_up {
+            " O_DIRECT in catch-up"
+        } else {
+            ""
+        },
         args.apply_nice,
         args.store_nice,
         args.apply_yield,
@@ -768,6 +779,7 @@ fn ship_run(
         ]
         .into_iter()
         .chain(args.direct_io.then(|| "--direct-io".into()))
+        .chain((!args.buffered_catch_up).then(|| "--direct-io-in-catch-up".into()))
         .chain([
             "--apply-yield-ms".into(),
             args.apply_yield.as_millis().to_string().into(),
