@@ -737,6 +737,10 @@ fn writer_thread(
 ) {
     let tablet = ti.tablet.clone();
     let mut group: Vec<WriteReq> = Vec::new();
+    // The stream whose frame was last refused: its stream is closed with that error, and
+    // the frames it had queued behind the refused one are dropped unread (the shipper
+    // resends from the durable end on a new stream).
+    let mut refused: Option<u64> = None;
     'run: loop {
         ti.heartbeat.beat();
         group.clear();
@@ -777,8 +781,12 @@ fn writer_thread(
             if failure.is_some() {
                 continue;
             }
+            if refused == Some(req.stream) {
+                continue;
+            }
             if req.first != w.staged_pos() {
                 ti.count_frame_error(false);
+                refused = Some(req.stream);
                 error = Some((
                     req.stream,
                     "bad_position",
@@ -808,9 +816,15 @@ fn writer_thread(
                     e
                     @ (tidelog_wal::Error::InvalidRecord(_) | tidelog_wal::Error::TooLarge { .. }),
                 ) => {
-                    // Refused by verification: nothing of the frame is staged.
+                    // Refused by verification: nothing of the frame is staged. (Damage inside
+                    // a record body passes the frame's sum and is caught here.)
                     ti.count_frame_error(e.to_string().contains("checksum"));
-                    error = Some((req.stream, "corrupt_frame", e.to_string()));
+                    refused = Some(req.stream);
+                    error = Some((
+                        req.stream,
+                        "corrupt_frame",
+                        format!("corrupt frame on tablet {tablet}: {e}"),
+                    ));
                 }
                 Err(e) => {
                     // I/O (e.g. rotating the segment): part of the frame may be staged.
