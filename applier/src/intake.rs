@@ -909,6 +909,10 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
     // as many of its chunks per call as have arrived: each call takes the connection's lock,
     // which its driver, on the other runtime thread, holds while it decrypts packets.
     let mut body = bytes::BytesMut::with_capacity(len);
+    // A data frame's checksum is taken from its record headers as they arrive, while they
+    // are in the cache (`wire::DataChecksum`).
+    let data = matches!(kind, MsgKind::Data | MsgKind::KeepAlive) && len >= wire::DATA_HEADER_LEN;
+    let mut summing: Option<wire::DataChecksum> = None;
     while body.len() < len {
         use bytes::BufMut;
         use tokio::io::AsyncReadExt;
@@ -923,8 +927,20 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
                 body.len()
             );
         }
+        if data && body.len() >= wire::DATA_HEADER_LEN {
+            let (head, payload) = body.split_at(wire::DATA_HEADER_LEN);
+            summing
+                .get_or_insert_with(|| wire::DataChecksum::new(head))
+                .advance(payload, len - wire::DATA_HEADER_LEN);
+        }
     }
-    let msg = wire::decode_body(kind, &body, sum)?;
+    let msg = match summing {
+        Some(c) => {
+            let computed = c.finish(&body[wire::DATA_HEADER_LEN..]);
+            wire::decode_body_summed(kind, &body, sum, computed)?
+        }
+        None => wire::decode_body(kind, &body, sum)?,
+    };
     let body = body.freeze();
     let payload = if kind == MsgKind::Data {
         body.slice(wire::DATA_HEADER_LEN..)

@@ -502,7 +502,7 @@ fn json<T: serde::de::DeserializeOwned>(kind: MsgKind, body: &[u8]) -> Result<T,
 /// Decodes a message body (after [`decode_header`]); checks the body checksum. For `Data`
 /// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by [`verify_records`].
 pub fn decode_body(kind: MsgKind, body: &[u8], checksum: u64) -> Result<Message, WireError> {
-    let sum = match kind {
+    let computed = match kind {
         MsgKind::Data | MsgKind::KeepAlive => {
             let dh = body.get(..DATA_HEADER_LEN).ok_or_else(|| {
                 bad(
@@ -514,7 +514,18 @@ pub fn decode_body(kind: MsgKind, body: &[u8], checksum: u64) -> Result<Message,
         }
         _ => xxh3_64(body),
     };
-    if sum != checksum {
+    decode_body_summed(kind, body, checksum, computed)
+}
+
+/// [`decode_body`] of a body whose checksum the caller took as it arrived (`computed`:
+/// [`DataChecksum`] for Data and KeepAlive, xxh3-64 of the body otherwise).
+pub fn decode_body_summed(
+    kind: MsgKind,
+    body: &[u8],
+    checksum: u64,
+    computed: u64,
+) -> Result<Message, WireError> {
+    if computed != checksum {
         return Err(WireError::BodyChecksum { kind });
     }
     Ok(match kind {
@@ -658,28 +669,81 @@ fn data_head(
 /// payload that was just read costs a small part of that. Corrupt bytes in a record body
 /// pass this sum and fail the record's; corrupt headers or record sums fail this one.
 pub fn data_checksum(data_header: &[u8], payload: &[u8]) -> u64 {
-    let mut hasher = crate::hash::Xxh3::new();
-    hasher.update(data_header);
-    // The record sums, 8 bytes each, handed to the hasher in batches.
-    let mut sums = [0u8; 2048];
-    let mut n = 0usize;
-    let mut off = 0usize;
-    while let Ok((h, _)) = RecordHeader::read_from_prefix(&payload[off..]) {
-        let total = RECORD_HEADER_LEN.saturating_add(h.len.get() as usize);
-        if total > payload.len() - off {
-            break;
-        }
-        if n == sums.len() {
-            hasher.update(&sums);
-            n = 0;
-        }
-        sums[n..n + 8].copy_from_slice(h.checksum.as_bytes());
-        n += 8;
-        off += total;
+    DataChecksum::new(data_header).finish(payload)
+}
+
+/// [`data_checksum`] taken as the payload arrives: [`DataChecksum::advance`] after each
+/// piece takes the sums of the record headers now in, while they are still in the cache
+/// (a receiver that walked them once the whole frame was in found many evicted by the other
+/// streams' data meanwhile).
+pub struct DataChecksum {
+    hasher: crate::hash::Xxh3,
+    /// Record sums not yet handed to the hasher, 8 bytes each.
+    sums: [u8; 2048],
+    n: usize,
+    /// Payload offset of the next record header.
+    off: usize,
+    /// Still finding whole records (not yet at the tail).
+    walking: bool,
+}
+
+impl std::fmt::Debug for DataChecksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataChecksum")
+            .field("off", &self.off)
+            .field("walking", &self.walking)
+            .finish_non_exhaustive()
     }
-    hasher.update(&sums[..n]);
-    hasher.update(&payload[off..]);
-    hasher.digest()
+}
+
+impl DataChecksum {
+    pub fn new(data_header: &[u8]) -> DataChecksum {
+        let mut hasher = crate::hash::Xxh3::new();
+        hasher.update(data_header);
+        DataChecksum {
+            hasher,
+            sums: [0u8; 2048],
+            n: 0,
+            off: 0,
+            walking: true,
+        }
+    }
+
+    /// Takes the sums of the records whose headers are in `payload`, the payload received
+    /// so far (a prefix of the whole one, of `total` bytes).
+    pub fn advance(&mut self, payload: &[u8], total: usize) {
+        while self.walking {
+            let Some(Ok((h, _))) = payload.get(self.off..).map(RecordHeader::read_from_prefix)
+            else {
+                // Not in yet; or never, when the rest cannot hold a header.
+                if total.saturating_sub(self.off) < RECORD_HEADER_LEN {
+                    self.walking = false;
+                }
+                return;
+            };
+            let rec = RECORD_HEADER_LEN.saturating_add(h.len.get() as usize);
+            if rec > total - self.off {
+                self.walking = false;
+                return;
+            }
+            if self.n == self.sums.len() {
+                self.hasher.update(&self.sums);
+                self.n = 0;
+            }
+            self.sums[self.n..self.n + 8].copy_from_slice(h.checksum.as_bytes());
+            self.n += 8;
+            self.off += rec;
+        }
+    }
+
+    /// The checksum, once the whole `payload` is in.
+    pub fn finish(mut self, payload: &[u8]) -> u64 {
+        self.advance(payload, payload.len());
+        self.hasher.update(&self.sums[..self.n]);
+        self.hasher
+            .update(payload.get(self.off..).unwrap_or_default());
+        self.hasher.digest()
+    }
 }
 
 /// What [`verify_records`] found in a payload.
@@ -1082,6 +1146,37 @@ mod tests {
                 }
                 let c = cut.index(orig.len());
                 prop_assert!(decode(&orig[..c]).is_err());
+            }
+
+            /// Taken piece by piece as a frame arrives, the data checksum is the one taken
+            /// over the whole payload, for any split and any bytes (whole records, damaged,
+            /// cut, or garbage).
+            #[test]
+            fn data_checksum_in_pieces_is_the_same(
+                n in 0usize..6,
+                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+                cut in any::<prop::sample::Index>(),
+                garbage in proptest::collection::vec(any::<u8>(), 0..100),
+                splits in proptest::collection::vec(any::<prop::sample::Index>(), 0..8),
+            ) {
+                let mut payload = records(WalPos(0), n);
+                for (i, v) in &flips {
+                    if !payload.is_empty() {
+                        let at = i.index(payload.len());
+                        payload[at] = *v;
+                    }
+                }
+                payload.truncate(cut.index(payload.len() + 1));
+                payload.extend_from_slice(&garbage);
+                let dh = [3u8; DATA_HEADER_LEN];
+                let want = data_checksum(&dh, &payload);
+                let mut ends: Vec<usize> = splits.iter().map(|s| s.index(payload.len() + 1)).collect();
+                ends.sort_unstable();
+                let mut c = DataChecksum::new(&dh);
+                for e in ends {
+                    c.advance(&payload[..e], payload.len());
+                }
+                prop_assert_eq!(c.finish(&payload), want);
             }
 
             /// The one-pass walk takes exactly what the two passes it replaces took: the
