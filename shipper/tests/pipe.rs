@@ -412,20 +412,12 @@ fn cached_pages(
     to: tidelog_wal::WalPos,
 ) -> (usize, usize) {
     use tidelog_wal::format::SEGMENT_HEADER_LEN;
-    let dir = root.join(t.as_str());
-    let mut segs: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.unwrap().path();
-            let first = u64::from_str_radix(p.file_name()?.to_str()?.strip_suffix(".seg")?, 16);
-            Some((first.ok()?, p))
-        })
-        .collect();
-    segs.sort();
+    let segs = tidelog_wal::reader::list_segments(&root.join(t.as_str())).unwrap();
     let (mut cached, mut total) = (0, 0);
     for (i, (first, path)) in segs.iter().enumerate() {
-        let end = segs.get(i + 1).map_or(u64::MAX, |s| s.0);
-        let (a, b) = (from.0.max(*first), to.0.min(end));
+        let first = first.0;
+        let end = segs.get(i + 1).map_or(u64::MAX, |s| s.0 .0);
+        let (a, b) = (from.0.max(first), to.0.min(end));
         if a >= b {
             continue;
         }

@@ -387,11 +387,6 @@ impl Writer {
         Ok(())
     }
 
-    /// Whether the active segment is being written with `O_DIRECT`.
-    pub fn direct_io_active(&self) -> bool {
-        self.direct.is_some()
-    }
-
     pub fn tablet(&self) -> &TabletId {
         &self.tablet
     }
