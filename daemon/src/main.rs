@@ -26,7 +26,7 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: the apply path allocates and frees small objects on
 /// many threads (decoded records, batch items); glibc's arenas spent 17–20 % of the
-/// applier's samples in `malloc`/`free`/`malloc_consolidate` (BENCHMARKS.md, e2e).
+/// applier's samples in `malloc`/`free`/`malloc_consolidate` (BENCHMARKS.md, changelog).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
