@@ -60,10 +60,6 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// beyond it a request that would wait gets a 503 `too_many_waiters`.
 pub const MAX_WAITERS: usize = 1024;
 
-/// After a failed `accept` (e.g. the open-files limit reached), the listener pauses this
-/// long before it accepts again, so that the error does not spin the loop.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
 /// How long a refused connection ([`MAX_CONNECTIONS`]) is given to take its answer.
 const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
 
@@ -217,7 +213,7 @@ pub async fn serve_limited(
     let app = router
         .fallback(not_found)
         .method_not_allowed_fallback(not_found);
-    serve_connections(listener, app, shutdown, limits).await;
+    serve_http(listener, app, shutdown, limits).await;
     // Remove the socket only if it is still ours (not replaced by a newer daemon).
     if std::fs::symlink_metadata(socket).is_ok_and(|m| m.ino() == ino) {
         if let Err(e) = std::fs::remove_file(socket) {
@@ -227,10 +223,12 @@ pub async fn serve_limited(
     Ok(())
 }
 
-/// Accepts and serves connections until `shutdown`, then lets each finish the request it
-/// is serving and waits for them all.
-async fn serve_connections(
-    listener: tokio::net::UnixListener,
+/// Serves `app` on `listener` (the admin socket, or the TCP listener of `metrics-listen`)
+/// until `shutdown`, holding every connection to `limits`; then lets each connection
+/// finish the request it is serving and waits for them all. Accept errors are logged and
+/// retried by the listener (a full open-files table pauses it for a second).
+pub async fn serve_http<L: axum::serve::Listener>(
+    mut listener: L,
     app: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
@@ -244,14 +242,7 @@ async fn serve_connections(
     loop {
         let stream = tokio::select! {
             () = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin API: accepting a connection failed");
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            },
+            (stream, _) = listener.accept() => stream,
         };
         let Ok(place) = places.clone().try_acquire_owned() else {
             tokio::spawn(refuse_connection(stream, limits.max_connections));
@@ -275,7 +266,7 @@ async fn serve_connections(
                 }
             };
             if let Err(e) = r {
-                // A client that went away or timed out reading its head: nothing to answer.
+                // A client that went away or timed out sending its head: nothing to answer.
                 tracing::debug!(error = %e, "admin connection ended");
             }
             drop(place);
@@ -287,11 +278,14 @@ async fn serve_connections(
 }
 
 /// Answers a connection beyond [`Limits::max_connections`] with a 503 and closes it.
-async fn refuse_connection(mut stream: tokio::net::UnixStream, max: usize) {
+async fn refuse_connection<S>(mut stream: S, max: usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = serde_json::json!({
         "error": "too_many_connections",
-        "message": format!("the admin API serves {max} connections at once; retry later"),
+        "message": format!("this server serves {max} connections at once; retry later"),
     })
     .to_string();
     let answer = format!(
@@ -299,8 +293,8 @@ async fn refuse_connection(mut stream: tokio::net::UnixStream, max: usize) {
          content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    // Then read what the client sent until it closes: closing a Unix socket with unread
-    // data resets it, and the client would lose the answer.
+    // Then read what the client sent until it closes: closing a socket with unread data
+    // resets it, and the client would lose the answer.
     let answer_and_drain = async {
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
@@ -340,6 +334,46 @@ impl Default for StopSignal {
     }
 }
 
+/// What is at the admin socket's path before binding.
+enum Leftover {
+    Nothing,
+    /// A socket nobody listens on (a previous run's): removed before binding.
+    StaleSocket,
+}
+
+/// Looks at the admin socket's path: a live socket (another daemon) or a file of another
+/// type is an error.
+fn leftover(socket: &Path) -> Result<Leftover> {
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                bail!(
+                    "admin socket {} is in use by a running process",
+                    socket.display()
+                );
+            }
+            Ok(Leftover::StaleSocket)
+        }
+        Ok(_) => bail!(
+            "admin socket path {} exists and is not a socket; refusing to remove it",
+            socket.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Leftover::Nothing),
+        Err(e) => Err(e).with_context(|| format!("cannot inspect {}", socket.display())),
+    }
+}
+
+/// What [`bind`] would refuse, found without side effects (`--check`, and a start before
+/// its first side effect): a live socket or another file at the path, a directory for it
+/// that cannot be made. The error names the config key `admin-socket`.
+pub fn check_bind(socket: &Path) -> Result<()> {
+    if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {
+        crate::preflight::writable_dir("admin-socket", parent)?;
+    }
+    leftover(socket).context("key \"admin-socket\"")?;
+    Ok(())
+}
+
 /// Binds the admin socket (see [`serve`]) with mode [`SOCKET_MODE`].
 pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
     if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -350,26 +384,9 @@ pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
             )
         })?;
     }
-    match std::fs::symlink_metadata(socket) {
-        Ok(m) if m.file_type().is_socket() => {
-            if tokio::net::UnixStream::connect(socket).await.is_ok() {
-                bail!(
-                    "admin socket {} is in use by a running process",
-                    socket.display()
-                );
-            }
-            std::fs::remove_file(socket).with_context(|| {
-                format!("cannot remove stale admin socket {}", socket.display())
-            })?;
-        }
-        Ok(_) => bail!(
-            "admin socket path {} exists and is not a socket; refusing to remove it",
-            socket.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(e).with_context(|| format!("cannot inspect {}", socket.display()));
-        }
+    if let Leftover::StaleSocket = leftover(socket)? {
+        std::fs::remove_file(socket)
+            .with_context(|| format!("cannot remove stale admin socket {}", socket.display()))?;
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .with_context(|| format!("cannot bind admin socket {}", socket.display()))?;

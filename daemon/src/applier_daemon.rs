@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,7 +30,7 @@ use tidelog_wal::{Gtid, HybridTime, TabletId, WalPos};
 use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
-use crate::{certs, metrics, notify, service};
+use crate::{certs, metrics, notify, preflight, service};
 
 /// A tablet's state in status and metrics once its apply worker stopped with an error
 /// (whatever its intake state).
@@ -46,8 +46,7 @@ const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 /// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_applier(config_path)?;
-    let (tls, warnings) =
-        preflight(&cfg).map_err(|e| anyhow!("{}: {e:#}", config_path.display()))?;
+    let (tls, warnings) = preflight(&cfg).map_err(|e| config::named(config_path, &e))?;
     config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
@@ -62,16 +61,42 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
     rt.block_on(serve(cfg, tls))
 }
 
-/// The start-up steps that can fail without side effects (all `--check` does after
-/// parsing): loads `[tls]` ([`certs::Material::load`]) and builds the QUIC server config
-/// the intake will build from it. The error names the key (`key "tls.key": …`), also for a
-/// certificate that expired or is not valid yet; the warnings are a private key others can
-/// read and a certificate that expires within 30 days.
+/// Everything a start would refuse, found without side effects: all `--check` does after
+/// parsing, and the first thing a start does, so the two cannot drift. Loads `[tls]`
+/// ([`certs::Material::load`]) and builds the QUIC server config the intake will build
+/// from it; checks the intake's options as its received logs' writers will
+/// (`segment-size`), `data-dir` a directory it can write or make (and a QUIC reset key
+/// there readable), the `listen` and `metrics-listen` addresses free, and the admin socket
+/// bindable ([`admin::check_bind`]). The error names the key (`key "tls.key": …`), also
+/// for a certificate that expired or is not valid yet; the warnings are a private key
+/// others can read and a certificate that expires within 30 days.
 fn preflight(cfg: &ApplierConfig) -> Result<(certs::Material, Vec<String>)> {
     let (tls, warnings) = certs::Material::load_checked(&cfg.tls)?;
     tidelog_applier::tls::server_config(intake_material(&tls), &cfg.quic.tuning())
         .context("[tls]")?;
+    intake_options(cfg)
+        .validate()
+        .context("key \"segment-size\"")?;
+    preflight::writable_dir("data-dir", &cfg.data_dir)?;
+    tidelog_applier::tls::check_reset_key(&cfg.data_dir).context("key \"data-dir\"")?;
+    preflight::udp_free("listen", cfg.listen)?;
+    if let Some(addr) = cfg.metrics_listen {
+        preflight::tcp_free("metrics-listen", addr)?;
+    }
+    admin::check_bind(&cfg.admin_socket)?;
     Ok((tls, warnings))
+}
+
+/// The intake's options from the config (its TLS material apart).
+fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
+    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
+    opts.sync = cfg.sync;
+    opts.segment_size = cfg.segment_size;
+    opts.direct_io = cfg.received_direct_io;
+    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
+    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
+    opts.quic = cfg.quic.tuning();
+    opts
 }
 
 /// The intake's copy of the TLS material.
@@ -303,13 +328,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
             cfg.apply_nice,
         )?),
     });
-    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
-    opts.sync = cfg.sync;
-    opts.segment_size = cfg.segment_size;
-    opts.direct_io = cfg.received_direct_io;
-    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
-    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
-    opts.quic = cfg.quic.tuning();
+    let opts = intake_options(&cfg);
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;
