@@ -16,6 +16,8 @@ pub mod load;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
+pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
+pub mod small_file;
