@@ -273,29 +273,33 @@ pub struct TabletShip {
     acked_file: Arc<AckedFile>,
 }
 
-/// Writes a tablet's `acked` file, one write at a time, never moving it back.
+/// Writes a tablet's `acked` file, one write at a time, each with the acknowledged position
+/// as it is when the write starts.
 ///
 /// The file is written `acked.partial` → fsync → rename (FORMAT.md): two writes at once
 /// share the `.partial`, and one's rename finds it gone (`rename …/acked.partial: No such
 /// file or directory`) or renames the other's bytes. The stream's periodic flush, its last
-/// write and the lane's write at shutdown all go through here.
+/// write and the lane's write at shutdown all go through here. A writer that waited for
+/// another writes the position of now, not the one it was called with, so an older value
+/// never lands after a newer one.
 #[derive(Debug, Default)]
 pub struct AckedFile {
-    /// The position last written (`ZERO`: none yet by this process).
-    written: Mutex<WalPos>,
+    /// The position last written (`None`: none yet by this process).
+    written: Mutex<Option<WalPos>>,
 }
 
 impl AckedFile {
-    /// Records `pos` in the `acked` file of the tablet in `dir`, unless a write of `pos` or
-    /// beyond was already made; blocks while another write is in progress.
-    pub fn write(&self, dir: &Path, pos: WalPos) -> tidelog_wal::Result<()> {
+    /// Records `acked` (read now, under this file's lock) in the `acked` file of the
+    /// tablet in `dir`, unless that is what was last written; blocks while another write
+    /// is in progress. Returns the position the file holds.
+    pub fn write(&self, dir: &Path, acked: &AtomicU64) -> tidelog_wal::Result<WalPos> {
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if pos <= *written {
-            return Ok(());
+        let pos = WalPos(acked.load(Ordering::Acquire));
+        if *written != Some(pos) {
+            tidelog_wal::retention::write_acked(dir, pos)?;
+            *written = Some(pos);
         }
-        tidelog_wal::retention::write_acked(dir, pos)?;
-        *written = pos;
-        Ok(())
+        Ok(pos)
     }
 }
 
@@ -1017,9 +1021,8 @@ async fn connection(
                     // Record what the applier has acknowledged before going away.
                     for t in tablets.iter() {
                         if let Some(st) = tablet_state(shared, t) {
-                            let a = WalPos(st.acked.load(Ordering::Relaxed));
-                            if a > WalPos::ZERO {
-                                write_acked(&st, shared.opts.wal_dir.join(t.as_str()), a).await;
+                            if st.acked.load(Ordering::Relaxed) > 0 {
+                                write_acked(&st, shared.opts.wal_dir.join(t.as_str())).await;
                             }
                         }
                     }
@@ -1161,11 +1164,13 @@ fn source_reads_again(st: &TabletShip, tablet: &TabletId, pos: WalPos) -> bool {
     true
 }
 
-async fn write_acked(st: &TabletShip, dir: PathBuf, pos: WalPos) {
-    let file = st.acked_file.clone();
-    let r = tokio::task::spawn_blocking(move || file.write(&dir, pos)).await;
+/// Writes the tablet's acknowledged position (as it is when the write starts) to its
+/// `acked` file, through the tablet's one writer.
+async fn write_acked(st: &Arc<TabletShip>, dir: PathBuf) {
+    let st = st.clone();
+    let r = tokio::task::spawn_blocking(move || st.acked_file.write(&dir, &st.acked)).await;
     match r {
-        Ok(Ok(())) => {}
+        Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::warn!("writing the acked file: {e}"),
         Err(e) => tracing::warn!("writing the acked file: {e}"),
     }
@@ -1188,19 +1193,23 @@ fn frame_payload(buf: &mut Vec<u8>, len: usize, max: usize) -> bytes::Bytes {
 
 /// Writers of one tablet's `acked` file (the stream's flush, its last write, the lane's
 /// write at shutdown) never run into each other (`rename …/acked.partial: No such file or
-/// directory`) and never move it back.
+/// directory`), and the file ends with the latest position: a writer that waited writes
+/// the position of now, not an older one. A position that moved back (the target was
+/// bootstrapped again) is written too.
 #[cfg(test)]
 #[test]
 #[allow(clippy::unwrap_used)]
-fn acked_writes_of_one_tablet_are_serialised_and_never_go_back() {
+fn acked_writes_of_one_tablet_are_serialised_and_end_with_the_latest() {
     let d = tempfile::tempdir().unwrap();
     let file = Arc::new(AckedFile::default());
+    let acked = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..4u64)
         .map(|k| {
-            let (file, dir) = (file.clone(), d.path().to_path_buf());
+            let (file, acked, dir) = (file.clone(), acked.clone(), d.path().to_path_buf());
             std::thread::spawn(move || {
                 for i in 0..100u64 {
-                    file.write(&dir, WalPos(1 + i * 4 + k)).unwrap();
+                    acked.fetch_max(1 + i * 4 + k, Ordering::AcqRel);
+                    file.write(&dir, &acked).unwrap();
                 }
             })
         })
@@ -1208,17 +1217,12 @@ fn acked_writes_of_one_tablet_are_serialised_and_never_go_back() {
     for h in threads {
         h.join().unwrap();
     }
-    assert_eq!(
-        tidelog_wal::retention::read_acked(d.path()).unwrap(),
-        Some(WalPos(400))
-    );
-    // Lower positions are no write at all.
-    file.write(d.path(), WalPos(7)).unwrap();
-    assert_eq!(
-        tidelog_wal::retention::read_acked(d.path()).unwrap(),
-        Some(WalPos(400))
-    );
+    let read = || tidelog_wal::retention::read_acked(d.path()).unwrap();
+    assert_eq!(read(), Some(WalPos(400)));
     assert!(!d.path().join("acked.partial").exists());
+    acked.store(7, Ordering::Release);
+    assert_eq!(file.write(d.path(), &acked).unwrap(), WalPos(7));
+    assert_eq!(read(), Some(WalPos(7)));
 }
 
 #[test]
@@ -1328,7 +1332,7 @@ async fn ship_stream(
                 tokio::time::sleep(every).await;
                 let a = WalPos(st.acked.load(Ordering::Relaxed));
                 if a > written.get() {
-                    write_acked(&st, dir.clone(), a).await;
+                    write_acked(&st, dir.clone()).await;
                     written.set(a);
                 }
             }
@@ -1453,7 +1457,7 @@ async fn ship_stream(
     };
     let a = WalPos(st.acked.load(Ordering::Relaxed));
     if a > written.get() {
-        write_acked(st, dir, a).await;
+        write_acked(st, dir).await;
     }
     r
 }
