@@ -48,6 +48,7 @@ use tidelog_wal::{
 };
 
 use crate::consistency::Consistency;
+use crate::disk::Backoff;
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::intake::IntakeActivity;
@@ -144,6 +145,9 @@ struct Shared {
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
     error: Mutex<Option<Arc<Error>>>,
+    /// What the worker holds on while it runs: a full disk or a store being reopened
+    /// ([`Error::is_retryable`]). Cleared once it applies again.
+    held: Mutex<Option<Arc<Error>>>,
     /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
     heartbeat: Heartbeat,
     /// Records and received-log bytes applied by this worker since it started.
@@ -441,6 +445,12 @@ fn lane_main(lane: &Lane) {
                     kept += 1;
                     true
                 }
+                Ok(Err(e)) if e.is_retryable() => {
+                    // A full disk: nothing of the batch took effect; tried again later.
+                    sleep = sleep.min(t.hold(e));
+                    kept += 1;
+                    true
+                }
                 Ok(Err(e)) => {
                     t.finish(Err(e), lane);
                     false
@@ -519,6 +529,7 @@ impl ApplyWorker {
                 "apply config needs positive batch limits and poll interval: {cfg:?}"
             )));
         }
+        let generation = store.generation();
         let meta = store.tablet(&tablet)?.unwrap_or_default();
         let (own, lane) = match &cfg.threads {
             Some(t) => (None, t.pick()),
@@ -538,6 +549,7 @@ impl ApplyWorker {
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             error: Mutex::new(None),
+            held: Mutex::new(None),
             heartbeat: Heartbeat::new(),
             applied_records: AtomicU64::new(0),
             applied_bytes: AtomicU64::new(0),
@@ -565,6 +577,8 @@ impl ApplyWorker {
             dirty: false,
             last_persist: Instant::now(),
             warned: false,
+            generation,
+            retry: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);
         lane.inbox
@@ -623,6 +637,16 @@ impl ApplyWorker {
     /// Whether the thread is still applying (false after `stop` or an error).
     pub fn is_running(&self) -> bool {
         self.shared.running.load(Ordering::Acquire)
+    }
+
+    /// What the worker holds on while it still runs: a full disk (naming its path) or a
+    /// store being reopened. It applies again on its own once that ends.
+    pub fn held(&self) -> Option<Arc<Error>> {
+        self.shared
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The error that stopped the worker, if any.
@@ -733,11 +757,80 @@ struct TabletLoop {
     last_persist: Instant,
     /// Warned that the log is missing although records were applied.
     warned: bool,
+    /// The store's generation this loop's positions were read from (see
+    /// [`Store::generation`]): a reopened store is read again.
+    generation: u64,
+    /// While the worker holds ([`Shared::held`]): when to try again.
+    retry: Option<Backoff>,
 }
 
 impl TabletLoop {
-    /// Applies the ready parts and at most one batch of the received log.
+    /// Applies the ready parts and at most one batch of the received log (after a hold,
+    /// or once the store was reopened, from the position the store holds).
     fn step(&mut self) -> Result<Step> {
+        if let Some(wait) = self.resume()? {
+            return Ok(Step::Idle(wait));
+        }
+        let step = self.step_inner()?;
+        if self.retry.take().is_some() {
+            *self.sh.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            tracing::info!(applied_pos = %self.sh.applied_pos.load(), "apply resumed");
+        }
+        Ok(step)
+    }
+
+    /// Holds on a retryable error `e`: kept for status, logged once per change; returns
+    /// when to look again.
+    fn hold(&mut self, e: Error) -> Duration {
+        let mut held = self.sh.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held.as_ref().is_none_or(|h| h.to_string() != e.to_string()) {
+            tracing::warn!(applied_pos = %self.sh.applied_pos.load(),
+                "apply holds: {e}; it resumes on its own once that ends");
+        }
+        *held = Some(Arc::new(e));
+        self.retry.get_or_insert_with(Backoff::default).failed()
+    }
+
+    /// Before a step: `Some(wait)` while the worker must wait (held, and its retry is not
+    /// due; or the store was reopened and the safe-time core not yet rebuilt from it).
+    /// Otherwise, when the store was reopened or a retry is due, reads the tablet's apply
+    /// position and safe time back from the store, as a restart would, and drops the
+    /// readers: nothing in memory is trusted over what the store holds.
+    fn resume(&mut self) -> Result<Option<Duration>> {
+        let generation = self.store.generation();
+        let reopened = generation != self.generation;
+        if reopened {
+            let core_behind = self
+                .cfg
+                .consistency
+                .as_ref()
+                .is_some_and(|c| c.store_generation() != generation);
+            if core_behind {
+                return Ok(Some(Duration::from_millis(10)));
+            }
+        } else if let Some(r) = &self.retry {
+            if !r.due() {
+                return Ok(Some(r.left()));
+            }
+        } else {
+            return Ok(None);
+        }
+        let meta = self.store.tablet(&self.sh.tablet)?.unwrap_or_default();
+        self.reader = None;
+        self.parts_reader = None;
+        if reopened {
+            // What was applied `Buffered` is in the reopened store (its journal was read
+            // back); nothing is left to persist from the old one.
+            self.dirty = false;
+        }
+        self.generation = generation;
+        self.sh.safe_time.store(meta.safe_time.0, Ordering::Release);
+        self.sh.publish(meta.applied_pos, meta.safe_time);
+        Ok(None)
+    }
+
+    /// [`TabletLoop::step`] itself.
+    fn step_inner(&mut self) -> Result<Step> {
         let (sh, cfg) = (&self.sh, &self.cfg);
         let tablet = &sh.tablet;
         let wal = |source| Error::Wal {

@@ -38,7 +38,7 @@ pub fn now_us() -> u64 {
 /// Computes the report of cutover `c` from the store: lost commits by gtid sequence, the
 /// window from the cut to the newest commit received, per-tablet safe time and lag.
 pub fn compute_report(store: &Store, c: &Cutover) -> Result<CutoverReport> {
-    let bl = store.binlog();
+    let bl = store.binlog()?;
     let lost_commits = bl.commits_above(c.cut)?;
     let lost_window_ms = bl.last_commit_ht()?.filter(|h| *h > c.cut).map_or(0, |h| {
         (h.physical_micros() - c.cut.physical_micros()) / 1000

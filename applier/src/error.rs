@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use tidelog_wal::{TabletId, WalPos};
 
+use crate::disk::DiskFull;
 use crate::keys::KeyError;
 
 /// Result alias for the store and the apply stage.
@@ -66,9 +67,33 @@ pub enum Error {
     /// The worker was stopped or its thread died.
     #[error("apply worker for tablet {0} is shut down")]
     Shutdown(TabletId),
+
+    /// The device is full: a write failed and nothing of it took effect. Retried once space
+    /// returns, with no restart (the store is reopened if it has to be).
+    #[error("{0}")]
+    DiskFull(DiskFull),
+
+    /// The store takes no writes for now: a write failed (fjall then refuses every later
+    /// one) or it is being reopened. Retried.
+    #[error("store {path} is unavailable: {reason}")]
+    Unavailable { path: PathBuf, reason: String },
 }
 
 impl Error {
+    /// A full disk or a store that is being reopened: the work is retried later, nothing
+    /// was lost.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::DiskFull(_) | Error::Unavailable { .. })
+    }
+
+    /// The full disk this error reports, if it does.
+    pub fn disk_full(&self) -> Option<&DiskFull> {
+        match self {
+            Error::DiskFull(d) => Some(d),
+            _ => None,
+        }
+    }
+
     pub(crate) fn store(op: &'static str) -> impl FnOnce(fjall::Error) -> Error {
         move |source| Error::Store { op, source }
     }

@@ -1118,7 +1118,10 @@ async fn binlog(
         let Some(upto) = safe else {
             return Ok((Vec::new(), false));
         };
-        let bl = s2.store.binlog();
+        let bl = s2
+            .store
+            .binlog()
+            .map_err(|e| ApiError::internal(&e.into()))?;
         let start = match from {
             None => None,
             Some(g) => {
