@@ -32,10 +32,6 @@ use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
 use crate::{certs, metrics, notify, service};
 
-/// A tablet's state in status and metrics once its apply worker stopped with an error
-/// (whatever its intake state).
-pub const APPLY_FAILED: &str = "apply_failed";
-
 /// After the start-up replay, how long the safe time may take to cover it.
 const REPLAY_PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -470,12 +466,8 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
     for ti in s.intake.tablets() {
         let st = ti.status();
         let t = &ti.tablet;
-        let (applied, safe, apply_error) = match workers.get(t) {
-            Some(w) => (
-                w.applied_pos().0,
-                w.safe_time(),
-                w.error().map(|e| e.to_string()),
-            ),
+        let (applied, safe, fault) = match workers.get(t) {
+            Some(w) => (w.applied_pos().0, w.safe_time(), w.fault()),
             None => (0, HybridTime::default(), None),
         };
         let applied_records = s
@@ -485,11 +477,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
             .flatten()
             .map_or(0, |m| m.applied_records);
         let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
-        let state = if apply_error.is_some() {
-            APPLY_FAILED
-        } else {
-            st.state
-        };
+        let state = fault.as_ref().map_or(st.state, |f| f.state());
         rows.insert(
             t.to_string(),
             json!({
@@ -505,7 +493,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
                 "received_bytes": st.bytes,
                 "shipper": st.shipper,
                 "last_frame_ms_ago": st.last_frame_ms_ago,
-                "error": apply_error.or(st.error),
+                "error": fault.map(|f| f.to_string()).or(st.error),
             }),
         );
     }
@@ -686,9 +674,7 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
             "safe_time_uninitialized",
             format!(
                 "safe time is not initialized: {}",
-                report
-                    .uninitialized_reason
-                    .unwrap_or_else(|| "no tablet has reported yet".into())
+                uninitialized_reason(s, &report)
             ),
         ));
     };
@@ -703,9 +689,13 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
     let lag = std::time::Duration::from_micros(now_micros().saturating_sub(safe.physical_micros()));
     // A promoted target's safe time is its cut, final: never stale.
     if lag > s.max_staleness && s.consistency.cut().is_none() {
-        let laggiest = report
-            .laggiest
-            .map_or_else(|| "?".to_string(), |t| t.to_string());
+        let laggiest = match &report.laggiest {
+            None => "?".to_string(),
+            Some(t) => match tablet_stopped(s, t) {
+                Some(why) => format!("{t}, {why}"),
+                None => t.to_string(),
+            },
+        };
         return Err(ApiError::unavailable(
             "stale_safe_time",
             format!(
@@ -718,6 +708,36 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         ));
     }
     Ok(Some(safe))
+}
+
+/// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
+/// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
+/// …`). `None` for a tablet that is only behind or idle.
+fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
+    let f = s.appliers.workers().get(t).and_then(|w| w.fault())?;
+    Some(format!("stopped ({}): {f}", f.state()))
+}
+
+/// Why the safe time is not initialized: a tablet that has not reported because it
+/// stopped before its first record was applied is named with its fault (a stopped tablet
+/// is preferred to one that is only waiting for its first record), else the core's reason.
+fn uninitialized_reason(
+    s: &ApplierState,
+    r: &tidelog_applier::consistency::SafeTimeReport,
+) -> String {
+    let unreported = r
+        .tablets
+        .iter()
+        .filter(|(_, h)| **h == HybridTime::MIN)
+        .map(|(t, _)| t);
+    for t in unreported.chain(r.laggiest.as_ref()) {
+        if let Some(why) = tablet_stopped(s, t) {
+            return format!("tablet {t} has no record applied: it {why}");
+        }
+    }
+    r.uninitialized_reason
+        .clone()
+        .unwrap_or_else(|| "no tablet has reported yet".into())
 }
 
 fn latest_ht(s: &ApplierState) -> HybridTime {
@@ -863,12 +883,18 @@ fn safe_time_report(s: &ApplierState) -> Json<Value> {
         (Some(lo), Some(hi)) => (hi.physical_micros().saturating_sub(lo.physical_micros())) / 1000,
         _ => 0,
     };
+    // Why the safe time does not move: not initialized, or held by a stopped tablet.
+    let reason = match (&r.safe_time, &r.laggiest) {
+        (None, _) => Some(uninitialized_reason(s, &r)),
+        (Some(_), Some(t)) => tablet_stopped(s, t).map(|why| format!("tablet {t} holds it: {why}")),
+        (Some(_), None) => None,
+    };
     Json(json!({
         "initialized": r.safe_time.is_some(),
         "safe_time": r.safe_time.map(ht),
         "lag_ms": r.safe_time.map(lag_ms),
         "laggiest_tablet": r.laggiest.map(|t| t.to_string()),
-        "reason": r.uninitialized_reason,
+        "reason": reason,
         "skew_ms": skew_ms,
         "pending_txns": r.pending_txns,
         "tablets": tablets,
@@ -1228,7 +1254,7 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
                 "safe_time_uninitialized",
                 format!(
                     "cannot promote: safe time is not initialized ({}), so there is no clean cut",
-                    r.uninitialized_reason.unwrap_or_default()
+                    uninitialized_reason(&s2, &r)
                 ),
             ));
         }
