@@ -34,8 +34,22 @@
 //! # Errors
 //!
 //! A corrupt or truncated received log, a gap, or a store failure stops the worker; the
-//! error (naming tablet, file and offset for corruption) is kept in [`ApplyWorker::error`]
-//! and logged once. Nothing is ever skipped.
+//! error (naming tablet, file and offset for corruption) is kept in [`ApplyWorker::fault`]
+//! with the position the tablet stopped at, and logged once. Nothing is ever skipped.
+//!
+//! A record that passed its checksum but that the store cannot take (a key too long for its
+//! encoding, see [`Store::check_record`]) stops its tablet at that record: the records
+//! before it in the batch are applied, nothing of it, and the fault is
+//! [`Error::Rejected`] (state `record_rejected`) naming the tablet, the record's
+//! received-log position and the reason. The other tablets go on. The tablet's safe time
+//! stays at its last applied record, so the global safe time holds there (it must: the
+//! record may belong to a transaction or precede commits on other tablets). After a
+//! restart the same record is refused again the same way; the state clears only when the
+//! record can be applied (a version that takes it), as nothing is ever skipped.
+//!
+//! A panic while applying (a bug) is caught around each step and stops only its tablet
+//! ([`Error::Panicked`], state `apply_failed`); the store's cache of unresolved
+//! transactions is then no longer trusted for received-log retention until a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -144,10 +158,10 @@ struct Shared {
     progress_waiters: Mutex<usize>,
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
-    error: Mutex<Option<Arc<Error>>>,
+    fault: Mutex<Option<ApplyFault>>,
     /// What the worker holds on while it runs: a full disk or a store being reopened
     /// ([`Error::is_retryable`]). Cleared once it applies again.
-    held: Mutex<Option<Arc<Error>>>,
+    held: Mutex<Option<ApplyFault>>,
     /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
     heartbeat: Heartbeat,
     /// Records and received-log bytes applied by this worker since it started.
@@ -200,9 +214,81 @@ impl Shared {
         }
     }
 
+    /// The fault that stopped the worker, else the one it holds on.
+    fn fault(&self) -> Option<ApplyFault> {
+        self.fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .or_else(|| self.held())
+    }
+
+    fn held(&self) -> Option<ApplyFault> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Wakes the worker (more to read, ready parts, or stop).
     fn notify(&self) {
         self.lane.bell.ring();
+    }
+}
+
+/// Why and where a tablet's apply stage stopped ([`ApplyWorker::fault`]).
+#[derive(Clone, Debug)]
+pub struct ApplyFault {
+    /// The tablet's apply position when it stopped: the received-log position of the
+    /// first record not applied (for a rejected record, that record's).
+    pub pos: WalPos,
+    pub error: Arc<Error>,
+}
+
+impl ApplyFault {
+    /// The tablet's state in status and metrics ([`Error::tablet_state`]).
+    pub fn state(&self) -> &'static str {
+        self.error.tablet_state()
+    }
+}
+
+impl std::fmt::Display for ApplyFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A full disk does not stop the tablet: it waits there and goes on by itself.
+        let how = if self.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
+        write!(
+            f,
+            "apply {how} at received-log position {}: {}",
+            self.pos, self.error
+        )
+    }
+}
+
+thread_local! {
+    /// The tablet the current thread is applying (for the panic hook's report).
+    static APPLYING: std::cell::RefCell<Option<TabletId>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The tablet this thread is applying a step of, if it is an apply thread in a step (the
+/// daemons' panic hook names it).
+pub fn current_tablet() -> Option<TabletId> {
+    APPLYING.with(|a| a.borrow().clone())
+}
+
+/// Sets [`current_tablet`] for its lifetime (also while unwinding).
+struct Applying;
+
+impl Applying {
+    fn enter(t: &TabletId) -> Applying {
+        APPLYING.with(|a| *a.borrow_mut() = Some(t.clone()));
+        Applying
+    }
+}
+
+impl Drop for Applying {
+    fn drop(&mut self) {
+        APPLYING.with(|a| *a.borrow_mut() = None);
     }
 }
 
@@ -430,7 +516,11 @@ fn lane_main(lane: &Lane) {
             }
             let span = t.span.clone();
             let _e = span.enter();
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step())) {
+            let stepped = {
+                let _a = Applying::enter(&t.sh.tablet);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step()))
+            };
+            match stepped {
                 Ok(Ok(Step::Worked { full })) => {
                     worked = true;
                     behind |= full;
@@ -455,8 +545,15 @@ fn lane_main(lane: &Lane) {
                     t.finish(Err(e), lane);
                     false
                 }
-                Err(_) => {
-                    let e = Error::Shutdown(t.sh.tablet.clone());
+                Err(p) => {
+                    // The panic hook has logged it. What the store holds in memory for the
+                    // batch may be half-changed: received-log retention stops trusting it.
+                    t.store.mark_cache_incomplete();
+                    let e = Error::Panicked {
+                        tablet: t.sh.tablet.clone(),
+                        from: t.sh.applied_pos.load(),
+                        message: Error::panic_message(&*p),
+                    };
                     t.finish(Err(e), lane);
                     false
                 }
@@ -499,6 +596,11 @@ impl ApplyProgress {
     /// Whether the worker still applies (false after a stop or an error).
     pub fn is_running(&self) -> bool {
         self.0.running.load(Ordering::Acquire)
+    }
+
+    /// As [`ApplyWorker::fault`].
+    pub fn fault(&self) -> Option<ApplyFault> {
+        self.0.fault()
     }
 
     /// As [`ApplyWorker::wait_applied`].
@@ -548,7 +650,7 @@ impl ApplyWorker {
             lane: lane.clone(),
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
-            error: Mutex::new(None),
+            fault: Mutex::new(None),
             held: Mutex::new(None),
             heartbeat: Heartbeat::new(),
             applied_records: AtomicU64::new(0),
@@ -641,21 +743,24 @@ impl ApplyWorker {
 
     /// What the worker holds on while it still runs: a full disk (naming its path) or a
     /// store being reopened. It applies again on its own once that ends.
-    pub fn held(&self) -> Option<Arc<Error>> {
-        self.shared
-            .held
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    pub fn held(&self) -> Option<ApplyFault> {
+        self.shared.held()
     }
 
     /// The error that stopped the worker, if any.
     pub fn error(&self) -> Option<Arc<Error>> {
         self.shared
-            .error
+            .fault
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|f| f.error.clone())
+    }
+
+    /// Why and where the worker stopped, if an error stopped it; else what it holds on
+    /// while it runs ([`ApplyWorker::held`]).
+    pub fn fault(&self) -> Option<ApplyFault> {
+        self.shared.fault()
     }
 
     /// Blocks until `applied_pos ≥ pos`, the worker stops, or `timeout`; returns whether
@@ -679,8 +784,11 @@ impl ApplyWorker {
             while self.is_running() {
                 if self.shared.lane.exited.load(Ordering::Acquire) {
                     // The thread died outside a step: nothing will finish this tablet.
-                    let mut e = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
-                    e.get_or_insert_with(|| Arc::new(Error::Shutdown(self.shared.tablet.clone())));
+                    let mut e = self.shared.fault.lock().unwrap_or_else(|p| p.into_inner());
+                    e.get_or_insert_with(|| ApplyFault {
+                        pos: self.shared.applied_pos.load(),
+                        error: Arc::new(Error::Shutdown(self.shared.tablet.clone())),
+                    });
                     self.shared.running.store(false, Ordering::Release);
                     break;
                 }
@@ -783,11 +891,17 @@ impl TabletLoop {
     /// when to look again.
     fn hold(&mut self, e: Error) -> Duration {
         let mut held = self.sh.held.lock().unwrap_or_else(|p| p.into_inner());
-        if held.as_ref().is_none_or(|h| h.to_string() != e.to_string()) {
+        if held
+            .as_ref()
+            .is_none_or(|h| h.error.to_string() != e.to_string())
+        {
             tracing::warn!(applied_pos = %self.sh.applied_pos.load(),
                 "apply holds: {e}; it resumes on its own once that ends");
         }
-        *held = Some(Arc::new(e));
+        *held = Some(ApplyFault {
+            pos: self.sh.applied_pos.load(),
+            error: Arc::new(e),
+        });
         self.retry.get_or_insert_with(Backoff::default).failed()
     }
 
@@ -881,12 +995,26 @@ impl TabletLoop {
                 None => break,
             }
         }
+        let mut end = Reader::position(r);
+        let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
+        // A record the store cannot take stops the tablet there: the ones before it are
+        // applied, nothing of it (and the reader, past it, is not used again).
+        let mut rejected = None;
+        for (i, (pos, rec)) in batch.iter().enumerate() {
+            if let Err(e) = Store::check_record(tablet, *pos, rec) {
+                rejected = Some((i, *pos, e));
+                break;
+            }
+        }
+        let rejected = rejected.map(|(i, pos, e)| {
+            end = pos;
+            batch.truncate(i);
+            e
+        });
         if !batch.is_empty() {
             if let Some(c) = &cfg.consistency {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));
             }
-            let end = Reader::position(r);
-            let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
             // Test hook: a slow apply (`apply::batch=sleep(ms)`).
             fail::fail_point!("apply::batch");
             let started = Instant::now();
@@ -915,7 +1043,13 @@ impl TabletLoop {
             if self.dirty && self.last_persist.elapsed() >= cfg.persist_interval {
                 self.persist()?;
             }
+            if let Some(e) = rejected {
+                return Err(e);
+            }
             return Ok(Step::Worked { full });
+        }
+        if let Some(e) = rejected {
+            return Err(e);
         }
         let mut within = cfg.poll_interval;
         if self.dirty {
@@ -943,8 +1077,12 @@ impl TabletLoop {
     fn finish(&mut self, result: Result<()>, lane: &Lane) {
         let persisted = if self.dirty { self.persist() } else { Ok(()) };
         if let Err(e) = result.and(persisted) {
-            tracing::error!(tablet = %self.sh.tablet, error = %e, "apply worker stopped");
-            *self.sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
+            let fault = ApplyFault {
+                pos: self.sh.applied_pos.load(),
+                error: Arc::new(e),
+            };
+            tracing::error!(tablet = %self.sh.tablet, state = fault.state(), "{fault}");
+            *self.sh.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(fault);
         }
         lane.tablets.fetch_sub(1, Ordering::Relaxed);
         let _g = self.sh.progress();
@@ -989,6 +1127,7 @@ fn apply_ready_parts(
             };
             for ir in &list {
                 let rec = r.read_at(ir.pos).map_err(wal)?;
+                Store::check_record(tablet, ir.pos, &rec)?;
                 match rec.body {
                     tidelog_wal::Body::Intent { ops: o, .. } => {
                         ops.extend(o.into_iter().map(|op| (op.key, op.value)));

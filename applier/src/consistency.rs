@@ -396,26 +396,44 @@ impl Consistency {
     /// (the end the log had at start), then until the published safe time covers the
     /// tablets' safe times as replayed. Until then a reader could be shown a safe time
     /// below one published before a crash. `waiting` is called about once a second while
-    /// a tablet is still replaying. Returns `Err` naming a tablet whose worker stopped, or
-    /// when the safe time did not follow within `publish_within` of the replay's end.
+    /// a tablet is still replaying. A tablet whose worker stopped (a record it cannot
+    /// apply) is not waited for: it holds the safe time at its last applied record, and
+    /// the others are replayed and published all the same. Returns `Err` naming the tablets
+    /// whose workers stopped, or when the safe time did not follow within `publish_within`
+    /// of the replay's end.
     pub fn replayed(
         &self,
         replay: &[(ApplyProgress, WalPos)],
         publish_within: Duration,
         mut waiting: impl FnMut(&ApplyProgress, WalPos),
     ) -> std::result::Result<(), String> {
+        let mut stopped = Vec::new();
         for (p, end) in replay {
             while !p.wait_applied(*end, Duration::from_secs(1)) {
                 if !p.is_running() {
-                    return Err(format!(
-                        "tablet {}: its apply worker stopped at {} of {end}",
-                        p.tablet(),
-                        p.applied_pos()
+                    let why = p
+                        .fault()
+                        .map_or_else(|| "stopped".to_string(), |f| f.to_string());
+                    stopped.push(format!(
+                        "tablet {} stopped before the end {end} of its received log: {why}",
+                        p.tablet()
                     ));
+                    break;
                 }
                 waiting(p, *end);
             }
         }
+        self.publish_replayed(publish_within)?;
+        if stopped.is_empty() {
+            Ok(())
+        } else {
+            Err(stopped.join("; "))
+        }
+    }
+
+    /// The end of [`Consistency::replayed`]: waits until the published safe time covers the
+    /// tablets' safe times as replayed.
+    fn publish_replayed(&self, publish_within: Duration) -> std::result::Result<(), String> {
         // Uninitialized now (an expected tablet never applied anything) means it was then.
         let target = {
             let core = lock(&self.core);

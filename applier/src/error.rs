@@ -47,6 +47,27 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     Invalid(String),
 
+    /// A record that passed its checksum cannot be applied: a key too long for the store's
+    /// encoding, a commit that contradicts an earlier one, an ht that does not move the
+    /// tablet forward. The tablet stops at it (state [`RECORD_REJECTED`]); nothing of it is
+    /// applied, and the same record is refused again after a restart.
+    #[error(
+        "tablet {tablet}: the record at received-log position {pos} cannot be applied: {reason}"
+    )]
+    Rejected {
+        tablet: TabletId,
+        pos: WalPos,
+        reason: String,
+    },
+
+    /// Applying panicked (a bug): caught, so that only this tablet stops.
+    #[error("tablet {tablet}: applying the received log from position {from} panicked: {message}")]
+    Panicked {
+        tablet: TabletId,
+        from: WalPos,
+        message: String,
+    },
+
     /// Reading the received log failed (corruption names tablet, file and offset).
     #[error("tablet {tablet}: received log: {source}")]
     Wal {
@@ -79,6 +100,20 @@ pub enum Error {
     Unavailable { path: PathBuf, reason: String },
 }
 
+/// The state of a tablet whose apply stage stopped on a record it cannot apply
+/// ([`Error::Rejected`]).
+pub const RECORD_REJECTED: &str = "record_rejected";
+/// The state of a tablet whose apply stage stopped with any other error.
+pub const APPLY_FAILED: &str = "apply_failed";
+/// The state of a tablet whose apply stage waits for space ([`Error::DiskFull`]); it
+/// applies again on its own once there is.
+pub const DISK_FULL: &str = "disk_full";
+/// The state of a tablet whose apply stage waits for the store to be reopened after a
+/// failed write that was not for lack of space ([`Error::Unavailable`]).
+pub const STORE_UNAVAILABLE: &str = "store_unavailable";
+/// Every state [`Error::tablet_state`] names (the metrics export each).
+pub const APPLY_STATES: [&str; 4] = [RECORD_REJECTED, APPLY_FAILED, DISK_FULL, STORE_UNAVAILABLE];
+
 impl Error {
     /// A full disk or a store that is being reopened: the work is retried later, nothing
     /// was lost.
@@ -91,6 +126,28 @@ impl Error {
         match self {
             Error::DiskFull(d) => Some(d),
             _ => None,
+        }
+    }
+
+    /// The state a tablet shows in status and metrics once its apply stage stopped (or
+    /// holds) with this error: one of [`APPLY_STATES`].
+    pub fn tablet_state(&self) -> &'static str {
+        match self {
+            Error::Rejected { .. } => RECORD_REJECTED,
+            Error::DiskFull(_) => DISK_FULL,
+            Error::Unavailable { .. } => STORE_UNAVAILABLE,
+            _ => APPLY_FAILED,
+        }
+    }
+
+    /// The text of a caught panic's payload.
+    pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+        match payload.downcast_ref::<&str>() {
+            Some(s) => (*s).to_string(),
+            None => match payload.downcast_ref::<String>() {
+                Some(s) => s.clone(),
+                None => "a panic without a message".to_string(),
+            },
         }
     }
 

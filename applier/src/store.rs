@@ -1175,6 +1175,59 @@ impl OpenStore {
 
     // ---- apply ---------------------------------------------------------------------------
 
+    /// Whether the store can take `rec` (at `pos` in `tablet`'s received log): every key of
+    /// a `write` or `intent` fits the store's key limit once encoded
+    /// ([`keys::MAX_ENCODED_LEN`]), every value its value limit. [`Error::Rejected`] names
+    /// the record and the reason. A record that decodes can still fail this where the WAL's
+    /// key limit is above what the encoding allows (NUL bytes are escaped to two, and ten
+    /// bytes are added), so the apply stage asks before it builds a batch: an insert of
+    /// such a key would panic inside fjall.
+    pub fn check_record(tablet: &TabletId, pos: WalPos, rec: &Record) -> Result<()> {
+        Self::check_ops(
+            tablet,
+            pos,
+            rec.ops()
+                .iter()
+                .map(|op| (&op.key[..], op.value.as_deref())),
+        )
+    }
+
+    /// [`Store::check_record`] for ops (key, value) of the record at `pos`.
+    fn check_ops<'a>(
+        tablet: &TabletId,
+        pos: WalPos,
+        ops: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<()> {
+        let reject = |reason: String| Error::Rejected {
+            tablet: tablet.clone(),
+            pos,
+            reason,
+        };
+        for (i, (k, v)) in ops.into_iter().enumerate() {
+            let enc = keys::encoded_len(k);
+            if enc > keys::MAX_ENCODED_LEN {
+                return Err(reject(format!(
+                    "op {i}: a key of {} bytes takes {enc} bytes in the store (each NUL byte \
+                     escaped to two, 10 bytes of terminator and version added), above its \
+                     limit of {} bytes",
+                    k.len(),
+                    keys::MAX_ENCODED_LEN
+                )));
+            }
+            // The stored value is a tag byte and the bytes; fjall takes up to u32::MAX.
+            if let Some(v) = v {
+                if v.len() >= u32::MAX as usize {
+                    return Err(reject(format!(
+                        "op {i}: a value of {} bytes is above the store's limit of {} bytes",
+                        v.len(),
+                        u32::MAX - 1
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Applies `records` of `tablet` (read from its received log; `end_pos` is the end of
     /// the last one) in one atomic batch together with the tablet's new apply position and
     /// safe time. Records that end at or below the stored apply position are skipped (a
@@ -1191,7 +1244,7 @@ impl OpenStore {
             .inspect_err(|_| self.mark_cache_incomplete())
     }
 
-    fn mark_cache_incomplete(&self) {
+    pub(crate) fn mark_cache_incomplete(&self) {
         self.cache_incomplete
             .store(true, std::sync::atomic::Ordering::Release);
     }
@@ -1212,7 +1265,18 @@ impl OpenStore {
         // (Kept per thread with its capacity: a fresh table per batch of thousands of
         // transactions was allocated, page-faulted in and freed every time.)
         let mut txns = BATCH_TXNS.with(|t| std::mem::take(&mut *t.borrow_mut()));
-        let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos);
+        // A panic while preparing (a bug) is an error of this tablet, and the batch's
+        // transactions still go back to the cache.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.apply_locked(&mut g, &mut txns, tablet, records, end_pos)
+        }))
+        .unwrap_or_else(|p| {
+            Err(Error::Panicked {
+                tablet: tablet.clone(),
+                from: records.first().map_or(end_pos, |(pos, _)| *pos),
+                message: Error::panic_message(&*p),
+            })
+        });
         let committing = matches!(&r, Ok(p) if p.batch.is_some());
         // The next batch is prepared while this one commits (see `commit_order`).
         let _committing = self.hand_over(g, txns.drain(), committing);
@@ -1249,10 +1313,15 @@ impl OpenStore {
         // Committed transactions without a `txns` record that met an untraceable intent.
         let mut late_records: Vec<TxnId> = Vec::new();
 
+        let reject = |pos: &WalPos, reason: String| Error::Rejected {
+            tablet: tablet.clone(),
+            pos: *pos,
+            reason,
+        };
         for (pos, rec) in records {
             let body_len = rec
                 .encoded_body_len()
-                .map_err(|e| Error::Invalid(format!("tablet {tablet}: record at {pos}: {e}")))?;
+                .map_err(|e| reject(pos, e.to_string()))?;
             let end = pos.add((RECORD_HEADER_LEN + body_len) as u64);
             if !fresh && *pos < start {
                 if end > start {
@@ -1275,11 +1344,15 @@ impl OpenStore {
                 }
             }
             if meta.safe_time != HybridTime::MIN && rec.ht <= meta.safe_time {
-                return Err(Error::Invalid(format!(
-                    "tablet {tablet}: record at {pos} has ht {} not above the tablet's safe time {}",
-                    rec.ht, meta.safe_time
-                )));
+                return Err(reject(
+                    pos,
+                    format!(
+                        "its ht {} is not above the tablet's safe time {}",
+                        rec.ht, meta.safe_time
+                    ),
+                ));
             }
+            Self::check_record(tablet, *pos, rec)?;
             expected = Some(end);
             out.records += 1;
             out.bytes += end.since(*pos);
@@ -1360,10 +1433,13 @@ impl OpenStore {
                     let st = Self::txn_entry(self, g, txns, txn)?;
                     if let Some(c) = &st.commit {
                         if c.commit_ht != rec.ht {
-                            return Err(Error::Invalid(format!(
-                                "tablet {tablet}: commit of txn {txn} at {pos} with ht {} contradicts an earlier commit at ht {} (tablet {}, position {})",
-                                rec.ht, c.commit_ht, c.tablet, c.pos
-                            )));
+                            return Err(reject(
+                                pos,
+                                format!(
+                                    "the commit of txn {txn} at ht {} contradicts an earlier commit at ht {} (tablet {}, position {})",
+                                    rec.ht, c.commit_ht, c.tablet, c.pos
+                                ),
+                            ));
                         }
                     }
                     if st.aborted {
@@ -1581,6 +1657,19 @@ impl OpenStore {
                 // Nothing to write; goes back to the cache unchanged.
                 updated.push((p.txn, st));
                 continue;
+            }
+            // The apply stage refuses such intents when it reads them (`check_record`);
+            // this keeps an insert that would panic out of the batch all the same.
+            let first = st
+                .intents
+                .get(tablet)
+                .and_then(|l| l.first())
+                .map_or(WalPos::ZERO, |r| r.pos);
+            let ops = p.ops.iter().map(|(k, v)| (&k[..], v.as_deref()));
+            if let Err(e) = Self::check_ops(tablet, first, ops) {
+                updated.push((p.txn, st));
+                failed = Some(e);
+                break;
             }
             applied += 1;
             let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();

@@ -192,13 +192,15 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
         Duration::from_secs(30),
         || worker.held().is_some(),
     );
-    let held = worker.held().unwrap().to_string();
+    let held = worker.fault().unwrap();
+    assert_eq!(held.state(), "disk_full");
+    let msg = held.error.to_string();
     assert!(
-        held.starts_with(&format!(
+        msg.starts_with(&format!(
             "no space left on device at {}",
             data.join("store").display()
         )),
-        "{held}"
+        "{msg}"
     );
     assert!(worker.is_running() && worker.error().is_none());
     assert!(worker.applied_pos() < end);

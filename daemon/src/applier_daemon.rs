@@ -19,7 +19,7 @@ use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedRea
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
-use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions, TabletState};
 use tidelog_applier::retention::{ReceivedRetention, RETENTION_INTERVAL};
 use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
@@ -31,10 +31,6 @@ use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
 use crate::{certs, metrics, notify, service};
-
-/// A tablet's state in status and metrics once its apply worker stopped with an error
-/// (whatever its intake state).
-pub const APPLY_FAILED: &str = "apply_failed";
 
 /// After the start-up replay, how long the safe time may take to cover it.
 const REPLAY_PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -470,12 +466,8 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
     for ti in s.intake.tablets() {
         let st = ti.status();
         let t = &ti.tablet;
-        let (applied, safe, apply_error) = match workers.get(t) {
-            Some(w) => (
-                w.applied_pos().0,
-                w.safe_time(),
-                w.error().map(|e| e.to_string()),
-            ),
+        let (applied, safe, fault) = match workers.get(t) {
+            Some(w) => (w.applied_pos().0, w.safe_time(), w.fault()),
             None => (0, HybridTime::default(), None),
         };
         let applied_records = s
@@ -485,11 +477,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
             .flatten()
             .map_or(0, |m| m.applied_records);
         let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
-        let state = if apply_error.is_some() {
-            APPLY_FAILED
-        } else {
-            st.state
-        };
+        let state = fault.as_ref().map_or(st.state, |f| f.state());
         rows.insert(
             t.to_string(),
             json!({
@@ -505,7 +493,7 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
                 "received_bytes": st.bytes,
                 "shipper": st.shipper,
                 "last_frame_ms_ago": st.last_frame_ms_ago,
-                "error": apply_error.or(st.error),
+                "error": fault.map(|f| f.to_string()).or(st.error),
             }),
         );
     }
@@ -516,16 +504,27 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     let s2 = s.clone();
     let rows = blocking(move || tablet_rows(&s2)).await?;
     let rcvbuf = s.intake.udp_receive_buffer();
-    let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
+    // While the store is being reopened (after a full disk) status still answers: the
+    // role from the safe time's state, no cutover details.
+    let role = match s.store.role() {
+        Ok(r) => r,
+        Err(e) if e.is_retryable() && s.consistency.cut().is_some() => {
+            tidelog_applier::store::Role::Primary
+        }
+        Err(e) if e.is_retryable() => tidelog_applier::store::Role::Standby,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let role = match role {
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
     };
     let safe = s.consistency.safe_time();
-    let cutover = match s
-        .store
-        .cutover()
-        .map_err(|e| ApiError::internal(&e.into()))?
-    {
+    let cutover = match s.store.cutover() {
+        Ok(c) => c,
+        Err(e) if e.is_retryable() => None,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let cutover = match cutover {
         None => Value::Null,
         Some(c) => {
             let g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
@@ -543,6 +542,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     Ok(Json(json!({
         "role": role,
         "cutover": cutover,
+        "store": store_json(&s.store),
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -564,6 +564,24 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
         "tablets": rows,
     })))
+}
+
+/// The store: where it lives, whether it takes writes (`ok`, `disk_full` naming the path,
+/// `unavailable` while it is reopened after another failed write) and how often it was
+/// reopened since start.
+fn store_json(store: &Store) -> Value {
+    let fault = store.fault();
+    let state = match &fault {
+        None => "ok",
+        Some(e) if e.disk_full().is_some() => "disk_full",
+        Some(_) => "unavailable",
+    };
+    json!({
+        "path": store.path().display().to_string(),
+        "state": state,
+        "error": fault.map(|e| e.to_string()),
+        "reopened": store.generation(),
+    })
 }
 
 /// `apply-nice` and whether the threads got it: `set` and `refused` count the apply and
@@ -685,10 +703,9 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         return Err(ApiError::unavailable(
             "safe_time_uninitialized",
             format!(
-                "safe time is not initialized: {}",
-                report
-                    .uninitialized_reason
-                    .unwrap_or_else(|| "no tablet has reported yet".into())
+                "safe time is not initialized: {}{}",
+                uninitialized_reason(s, &report),
+                store_fault(s)
             ),
         ));
     };
@@ -703,21 +720,81 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
     let lag = std::time::Duration::from_micros(now_micros().saturating_sub(safe.physical_micros()));
     // A promoted target's safe time is its cut, final: never stale.
     if lag > s.max_staleness && s.consistency.cut().is_none() {
-        let laggiest = report
-            .laggiest
-            .map_or_else(|| "?".to_string(), |t| t.to_string());
+        let laggiest = match &report.laggiest {
+            None => "?".to_string(),
+            Some(t) => match tablet_stopped(s, t) {
+                Some(why) => format!("{t}, {why}"),
+                None => t.to_string(),
+            },
+        };
         return Err(ApiError::unavailable(
             "stale_safe_time",
             format!(
-                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}",
+                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}{}",
                 humantime::format_duration(
                     std::time::Duration::from_millis(lag.as_millis() as u64)
                 ),
-                humantime::format_duration(s.max_staleness)
+                humantime::format_duration(s.max_staleness),
+                store_fault(s)
             ),
         ));
     }
     Ok(Some(safe))
+}
+
+/// `; the store takes no writes: <why>` while it does not (a full disk names the path),
+/// else nothing: what holds every tablet's apply stage and the safe time.
+fn store_fault(s: &ApplierState) -> String {
+    match s.store.fault() {
+        Some(e) => format!("; the store takes no writes until it is reopened: {e}"),
+        None => String::new(),
+    }
+}
+
+/// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
+/// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
+/// …`). `None` for a tablet that is only behind or idle.
+fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
+    if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
+        let how = if f.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
+        return Some(format!("{how} ({}): {f}", f.state()));
+    }
+    // Its received log cannot be written: nothing new reaches its apply stage.
+    let ti = s.intake.tablet(t)?;
+    let why = ti.status().error.unwrap_or_default();
+    match ti.state() {
+        TabletState::DiskFull => Some(format!(
+            "waits (disk_full): its intake waits for space: {why}"
+        )),
+        TabletState::Failed => Some(format!("stopped (failed): its intake stopped: {why}")),
+        _ => None,
+    }
+}
+
+/// Why the safe time is not initialized: a tablet that has not reported because it
+/// stopped before its first record was applied is named with its fault (a stopped tablet
+/// is preferred to one that is only waiting for its first record), else the core's reason.
+fn uninitialized_reason(
+    s: &ApplierState,
+    r: &tidelog_applier::consistency::SafeTimeReport,
+) -> String {
+    let unreported = r
+        .tablets
+        .iter()
+        .filter(|(_, h)| **h == HybridTime::MIN)
+        .map(|(t, _)| t);
+    for t in unreported.chain(r.laggiest.as_ref()) {
+        if let Some(why) = tablet_stopped(s, t) {
+            return format!("tablet {t} has no record applied: it {why}");
+        }
+    }
+    r.uninitialized_reason
+        .clone()
+        .unwrap_or_else(|| "no tablet has reported yet".into())
 }
 
 fn latest_ht(s: &ApplierState) -> HybridTime {
@@ -863,12 +940,18 @@ fn safe_time_report(s: &ApplierState) -> Json<Value> {
         (Some(lo), Some(hi)) => (hi.physical_micros().saturating_sub(lo.physical_micros())) / 1000,
         _ => 0,
     };
+    // Why the safe time does not move: not initialized, or held by a stopped tablet.
+    let reason = match (&r.safe_time, &r.laggiest) {
+        (None, _) => Some(uninitialized_reason(s, &r)),
+        (Some(_), Some(t)) => tablet_stopped(s, t).map(|why| format!("tablet {t} holds it: {why}")),
+        (Some(_), None) => None,
+    };
     Json(json!({
         "initialized": r.safe_time.is_some(),
         "safe_time": r.safe_time.map(ht),
         "lag_ms": r.safe_time.map(lag_ms),
         "laggiest_tablet": r.laggiest.map(|t| t.to_string()),
-        "reason": r.uninitialized_reason,
+        "reason": reason,
         "skew_ms": skew_ms,
         "pending_txns": r.pending_txns,
         "tablets": tablets,
@@ -1231,7 +1314,7 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
                 "safe_time_uninitialized",
                 format!(
                     "cannot promote: safe time is not initialized ({}), so there is no clean cut",
-                    r.uninitialized_reason.unwrap_or_default()
+                    uninitialized_reason(&s2, &r)
                 ),
             ));
         }

@@ -339,6 +339,19 @@ impl Store {
         self.run(|s| s.txn(txn))
     }
 
+    /// Whether the store can take `rec` (see [`OpenStore::check_record`]).
+    pub fn check_record(tablet: &TabletId, pos: WalPos, rec: &Record) -> Result<()> {
+        OpenStore::check_record(tablet, pos, rec)
+    }
+
+    /// The cache of unresolved transactions may be incomplete (see
+    /// [`OpenStore::mark_cache_incomplete`]); a reopen rebuilds it.
+    pub(crate) fn mark_cache_incomplete(&self) {
+        if let Ok(s) = self.current() {
+            s.mark_cache_incomplete();
+        }
+    }
+
     /// Applies `records` of `tablet` in one atomic batch (see [`OpenStore::apply`]).
     pub fn apply(
         &self,
