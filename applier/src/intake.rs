@@ -1078,10 +1078,12 @@ fn writer_thread(
                 }
                 Err(Failure::Other("failpoint intake::sync".to_string()))
             });
-            w.commit(policy).map(|_| ()).map_err(|e| match log.no_space(&e) {
-                Some(msg) => Failure::NoSpace(msg),
-                None => Failure::Other(e.to_string()),
-            })
+            w.commit(policy)
+                .map(|_| ())
+                .map_err(|e| match log.no_space(&e) {
+                    Some(msg) => Failure::NoSpace(msg),
+                    None => Failure::Other(e.to_string()),
+                })
         })();
         match res {
             Ok(()) => {}
@@ -1385,7 +1387,9 @@ async fn serve_tablet_stream(
         let (code, reason) = if was == TabletState::DiskFull as u8 {
             (
                 "disk_full",
-                format!("the target's disk is full, intake of tablet {tablet} waits for space: {error}"),
+                format!(
+                    "the target's disk is full, intake of tablet {tablet} waits for space: {error}"
+                ),
             )
         } else {
             (

@@ -70,6 +70,16 @@ impl Tmpfs {
         path
     }
 
+    /// Grows (or shrinks) the tmpfs to `size` in place (`mount -o remount,size=`).
+    pub fn resize(&self, size: &str) {
+        let st = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(self.path())
+            .status()
+            .unwrap();
+        assert!(st.success(), "remounting the tmpfs with size={size}");
+    }
+
     /// Removes the ballast: the space returns.
     pub fn drain(&self) {
         std::fs::remove_file(self.path().join("ballast")).unwrap();

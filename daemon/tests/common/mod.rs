@@ -3,6 +3,9 @@
 //! when dropped, the admin API through `tidelog::ctl::call`, and deadline waits.
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[path = "../../../applier/tests/common/tmpfs.rs"]
+pub mod tmpfs;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,6 +126,16 @@ impl Cluster {
         )
         .unwrap();
         c
+    }
+
+    /// Moves the applier's `data-dir` to `to` (e.g. a small tmpfs) in its config.
+    pub fn move_data_dir(&mut self, to: &Path) {
+        let cfg = std::fs::read_to_string(&self.applier_cfg).unwrap();
+        let old = format!("data-dir = \"{}\"", self.data.display());
+        assert!(cfg.contains(&old), "{cfg}");
+        let cfg = cfg.replace(&old, &format!("data-dir = \"{}\"", to.display()));
+        std::fs::write(&self.applier_cfg, cfg).unwrap();
+        self.data = to.to_path_buf();
     }
 
     pub fn start_applier(&self) -> Daemon {
