@@ -681,6 +681,7 @@ impl ApplyWorker {
             warned: false,
             generation,
             retry: None,
+            refill_from: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);
         lane.inbox
@@ -870,6 +871,21 @@ struct TabletLoop {
     generation: u64,
     /// While the worker holds ([`Shared::held`]): when to try again.
     retry: Option<Backoff>,
+    /// While the received log ends below the apply position: its end when that was logged.
+    refill_from: Option<WalPos>,
+}
+
+/// Where the received log stands for the apply position.
+enum LogState {
+    /// The reader is open at the apply position (or further).
+    Open,
+    /// The log does not exist yet.
+    Missing,
+    /// The log ends at `end`, below the apply position: it lost its tail (a truncated
+    /// segment, cut at its last valid record when the intake opened it, as the source's
+    /// WAL is) and the intake is receiving it again. Records below the apply position are
+    /// in the store already; applying goes on once the log reaches that position.
+    Behind { end: WalPos },
 }
 
 impl TabletLoop {
@@ -943,47 +959,80 @@ impl TabletLoop {
         Ok(None)
     }
 
-    /// [`TabletLoop::step`] itself.
-    fn step_inner(&mut self) -> Result<Step> {
+    /// Opens the reader of the tablet's received log at the apply position, unless the log
+    /// does not exist yet or ends below that position (see [`LogState`]).
+    fn open_reader(&mut self) -> Result<LogState> {
         let (sh, cfg) = (&self.sh, &self.cfg);
         let tablet = &sh.tablet;
         let wal = |source| Error::Wal {
             tablet: tablet.clone(),
             source,
         };
-        sh.heartbeat.beat();
+        let log_dir = self.root.join(tablet.as_str());
+        if !log_ready(&log_dir)? {
+            if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
+                // The store applied this tablet before, yet its log is gone.
+                tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
+                    "received log missing although records were applied; waiting for it");
+                self.warned = true;
+            }
+            return Ok(LogState::Missing);
+        }
+        let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
+        match cfg.reads {
+            ReceivedReads::Buffered => {}
+            ReceivedReads::Direct => r.set_direct_io(true),
+            ReceivedReads::DirectBacklogs => {
+                r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
+            }
+        }
+        let from = sh.applied_pos.load();
+        // A tablet that applied nothing starts at the log's oldest record.
+        if from != WalPos::ZERO {
+            if let Some(end) = r.end().filter(|end| *end < from) {
+                return Ok(LogState::Behind { end });
+            }
+            r.seek(from).map_err(wal)?;
+        }
+        tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
+        self.reader = Some(r);
+        Ok(LogState::Open)
+    }
+
+    /// [`TabletLoop::step`] itself.
+    fn step_inner(&mut self) -> Result<Step> {
+        self.sh.heartbeat.beat();
+        let log = match &self.reader {
+            Some(_) => LogState::Open,
+            None => self.open_reader()?,
+        };
+        if let LogState::Behind { end } = log {
+            // Ready parts wait too: their intents lie below the apply position.
+            let from = self.sh.applied_pos.load();
+            if self.refill_from.is_none() {
+                tracing::warn!(%from, received_end = %end,
+                    "the received log ends below the apply position: it lost its tail (cut \
+                     at its last valid record when it was opened) and the shipper is sending \
+                     it again; applying goes on from {from} once it gets there");
+                self.refill_from = Some(end);
+            }
+            return Ok(Step::Idle(self.cfg.poll_interval));
+        }
+        if self.refill_from.take().is_some() {
+            tracing::info!(from = %self.sh.applied_pos.load(), "the received log was refilled to the apply position");
+        }
+        let (sh, cfg) = (&self.sh, &self.cfg);
+        let tablet = &sh.tablet;
+        let wal = |source| Error::Wal {
+            tablet: tablet.clone(),
+            source,
+        };
         if let Some(c) = &cfg.consistency {
             apply_ready_parts(tablet, &self.store, c, &self.root, &mut self.parts_reader)?;
         }
-        let r = match &mut self.reader {
-            Some(r) => r,
-            None => {
-                let log_dir = self.root.join(tablet.as_str());
-                if !log_ready(&log_dir)? {
-                    if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
-                        // The store applied this tablet before, yet its log is gone.
-                        tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
-                            "received log missing although records were applied; waiting for it");
-                        self.warned = true;
-                    }
-                    return Ok(Step::Idle(cfg.poll_interval));
-                }
-                let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
-                match cfg.reads {
-                    ReceivedReads::Buffered => {}
-                    ReceivedReads::Direct => r.set_direct_io(true),
-                    ReceivedReads::DirectBacklogs => {
-                        r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
-                    }
-                }
-                let from = sh.applied_pos.load();
-                // A tablet that applied nothing starts at the log's oldest record.
-                if from != WalPos::ZERO {
-                    r.seek(from).map_err(wal)?;
-                }
-                tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
-                self.reader.insert(r)
-            }
+        let Some(r) = self.reader.as_mut() else {
+            // No log yet.
+            return Ok(Step::Idle(cfg.poll_interval));
         };
         let batch = &mut self.batch;
         batch.clear();

@@ -675,14 +675,7 @@ impl Shared {
         let log = ReceivedLog {
             root: self.opts.data_dir.join("received"),
             tablet: t.clone(),
-            opts: WalOptions {
-                segment_size: self.opts.segment_size,
-                // Written with `append_encoded` only (through the file): nothing to
-                // pre-fault.
-                prefault: false,
-                direct_io: self.direct_io,
-                ..WalOptions::default()
-            },
+            opts: received_log_options(&self.opts, self.direct_io),
         };
         // A log that cannot be created for lack of space still makes a tablet, shown with
         // the path and the space it needs; its writer thread opens the log once there is.
@@ -794,6 +787,57 @@ impl Shared {
             }
         }
     }
+}
+
+/// How the received logs are written.
+fn received_log_options(opts: &IntakeOptions, direct_io: bool) -> WalOptions {
+    WalOptions {
+        segment_size: opts.segment_size,
+        // Written with `append_encoded` only (through the file): nothing to pre-fault.
+        prefault: false,
+        direct_io,
+        ..WalOptions::default()
+    }
+}
+
+/// Recovers every received log under `data_dir/received/` as opening it for writing does
+/// (a torn tail, e.g. a segment truncated while the applier was down, is cut at its last
+/// valid record; `wal/FORMAT.md`), before anything reads them: the store rebuilds what it
+/// keeps in memory from them when it opens, and must see them as the intake will write on.
+/// A log that cannot be opened for lack of space is left to the intake (its tablet shows
+/// `disk_full`).
+pub fn recover_received_logs(opts: &IntakeOptions) -> Result<()> {
+    let root = opts.data_dir.join("received");
+    if !root.is_dir() {
+        return Ok(());
+    }
+    let wopts = received_log_options(opts, false);
+    for t in tidelog_wal::reader::list_tablets(&root)
+        .with_context(|| format!("listing {}", root.display()))?
+    {
+        let log = ReceivedLog {
+            root: root.clone(),
+            tablet: t.clone(),
+            opts: wopts.clone(),
+        };
+        match log.open() {
+            Ok(w) => {
+                let cut = w.recovery_report().dropped_bytes;
+                w.close()
+                    .with_context(|| format!("closing the received log of tablet {t}"))?;
+                if cut > 0 {
+                    tracing::warn!(tablet = %t, dropped_bytes = cut,
+                        "received log: a torn tail was cut at the last valid record; the shipper sends it again");
+                }
+            }
+            Err(e) if log.no_space(&e).is_some() => {}
+            Err(e) => {
+                return Err(anyhow::Error::from(e)
+                    .context(format!("recovering the received log of tablet {t}")))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One tablet's received log: where it lives and how it is opened.

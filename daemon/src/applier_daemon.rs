@@ -252,13 +252,24 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
-    let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
-    // Opening reads the retained received logs once: the undecided transactions (and the
-    // late intents of committed ones) live there and in memory only.
+    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
+    opts.sync = cfg.sync;
+    opts.segment_size = cfg.segment_size;
+    opts.direct_io = cfg.received_direct_io;
+    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
+    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
+    opts.quic = cfg.quic.tuning();
+    let (data_dir, cache_size, o2) = (cfg.data_dir.clone(), cfg.cache_size, opts.clone());
+    // Opening reads the retained received logs once (the undecided transactions, and the
+    // late intents of committed ones, live there and in memory only): recovered first, as
+    // the intake will write them on.
     let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
-            .await
-            .context("opening the store")??,
+        tokio::task::spawn_blocking(move || -> Result<Store> {
+            tidelog_applier::intake::recover_received_logs(&o2)?;
+            Ok(Store::open_with(&data_dir, cache_size)?)
+        })
+        .await
+        .context("opening the store")??,
     );
     let store_nice = (cfg.store_nice, set_store_nice(&store, cfg.store_nice));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
@@ -297,13 +308,6 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
             cfg.apply_nice,
         )?),
     });
-    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
-    opts.sync = cfg.sync;
-    opts.segment_size = cfg.segment_size;
-    opts.direct_io = cfg.received_direct_io;
-    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
-    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
-    opts.quic = cfg.quic.tuning();
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;

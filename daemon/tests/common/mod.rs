@@ -323,10 +323,20 @@ pub fn now_ht() -> u64 {
 /// Appends `n` write records (`<tablet>/k<i>` = `value(i)`) to `tablet` in `wal` with the
 /// library writer, hybrid times from the wall clock, and syncs them.
 pub fn write_records(wal: &Path, tablet: &str, n: usize, value: impl Fn(usize) -> Vec<u8>) {
+    write_record_range(wal, tablet, 0..n, value);
+}
+
+/// Like [`write_records`], for records (and keys) `range`.
+pub fn write_record_range(
+    wal: &Path,
+    tablet: &str,
+    range: std::ops::Range<usize>,
+    value: impl Fn(usize) -> Vec<u8>,
+) {
     use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
-    for i in 0..n {
+    for i in range {
         let now = HybridTime::from_system_time(std::time::SystemTime::now());
         let ht = match w.last_ht() {
             Some(last) if last >= now => last.next(),
