@@ -304,6 +304,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
+    opts.max_clock_skew = cfg.max_clock_skew;
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;
@@ -712,10 +713,14 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
 
 /// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
 /// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
-/// …`). `None` for a tablet that is only behind or idle.
+/// …`), or its intake refuses frames beyond the clock (`clock_skew`). `None` for a tablet
+/// that is only behind or idle.
 fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
-    let f = s.appliers.workers().get(t).and_then(|w| w.fault())?;
-    Some(format!("stopped ({}): {f}", f.state()))
+    if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
+        return Some(format!("stopped ({}): {f}", f.state()));
+    }
+    let skew = s.intake.tablet(t).and_then(|ti| ti.clock_skew())?;
+    Some(format!("refusing its frames (clock_skew): {skew}"))
 }
 
 /// Why the safe time is not initialized: a tablet that has not reported because it
