@@ -314,3 +314,52 @@ fn a_frame_a_little_ahead_is_taken_once_the_clock_catches_up() {
         r["state"] == "streaming" && r["error"].is_null()
     });
 }
+
+/// A panic while applying (here injected with the `apply::batch` fail point) stops only
+/// its tablet (`apply_failed`, naming the position and the panic), is logged through the
+/// log (tracing) with the thread and the tablet rather than only as the standard panic
+/// message, and leaves nothing behind: after a restart the tablet applies.
+#[test]
+fn a_panic_while_applying_is_logged_with_its_tablet_and_stops_only_that_tablet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let log_path = tmp.path().join("applier.log");
+    let mut applier = Daemon::start_env(
+        "apply",
+        &c.applier_cfg,
+        &log_path,
+        &[("FAILPOINTS", "apply::batch=1*panic(injected apply failure)")],
+    );
+    let _shipper = c.start_shipper();
+    let mut row = Value::Null;
+    wait_for("t1 stopped by the panic", WAIT, || {
+        row = status(&c)["tablets"]["t1"].clone();
+        row["state"] == "apply_failed"
+    });
+    let err = row["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("tablet t1")
+            && err.contains("received-log position 0")
+            && err.contains("panicked: injected apply failure"),
+        "{row}"
+    );
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("injected apply failure") && l.contains("ERROR"))
+        .unwrap_or_else(|| panic!("no error line for the panic in the log:\n{log}"));
+    assert!(
+        line.contains("tablet=t1") && line.contains("thread=\"apply-"),
+        "{line}"
+    );
+    assert!(
+        !log.contains("' panicked at"),
+        "the standard panic message was printed:\n{log}"
+    );
+    assert!(applier.terminate(Duration::from_secs(30)), "clean stop");
+    let _applier = c.start_applier();
+    wait_for("t1 applied after a restart", WAIT, || {
+        get(&c, "t1/k2", "latest").1["value"] == "v2"
+    });
+}
