@@ -273,6 +273,9 @@ struct Durable {
 #[derive(Debug)]
 pub struct TabletIntake {
     pub tablet: TabletId,
+    /// The received log's end when this process opened it: `records` and `bytes` count
+    /// what was written after it.
+    opened_at: WalPos,
     owner: Mutex<Option<Owner>>,
     state: AtomicU8,
     paused: AtomicBool,
@@ -324,6 +327,12 @@ pub struct TabletIntakeStatus {
 }
 
 impl TabletIntake {
+    /// The received log's end when this process opened it; the record and byte counts of
+    /// [`TabletIntake::status`] are of what was received after it.
+    pub fn opened_at(&self) -> WalPos {
+        self.opened_at
+    }
+
     pub fn received_pos(&self) -> WalPos {
         WalPos(self.received_pos.load(Ordering::Acquire))
     }
@@ -700,6 +709,7 @@ impl Shared {
         });
         let ti = Arc::new(TabletIntake {
             tablet: t.clone(),
+            opened_at: start,
             owner: Mutex::new(None),
             state: AtomicU8::new(TabletState::Disconnected as u8),
             paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),

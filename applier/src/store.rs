@@ -57,6 +57,7 @@ const GLOBAL_ROLE: &[u8] = b"global/role";
 const BINLOG_HORIZON: &[u8] = b"global/binlog_horizon";
 const CUTOVER: &[u8] = b"global/cutover";
 const CUTOVER_CURSOR: &[u8] = b"global/cutover_cursor";
+const CUTOVER_REMOVED: &[u8] = b"global/cutover_removed";
 
 const VALUE_TOMBSTONE: u8 = 0;
 const VALUE_PUT: u8 = 1;
@@ -391,8 +392,26 @@ impl Store {
     }
 
     /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
-    /// by every keyspace.
+    /// by every keyspace. A failure is [`Error::Open`] naming the store's directory and
+    /// what failed (a journal that does not recover names the journal files); a store
+    /// locked by another process, or a directory that cannot be created, keeps its own
+    /// error.
     pub fn open_with(data_dir: &Path, cache_size: u64) -> Result<Store> {
+        let path = data_dir.join("store");
+        Self::open_inner(data_dir, cache_size).map_err(|e| match e {
+            e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
+            Error::Store { op, source } => Error::Open {
+                detail: format!("{op}: {}", describe_open_error(&source, &path)),
+                path,
+            },
+            e => Error::Open {
+                path,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<Store> {
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -1075,6 +1094,10 @@ impl Store {
             last = Some(k.to_vec());
         }
         let done = scanned < max_scanned;
+        if removed > 0 {
+            let total = self.cutover_removed()? + removed as u64;
+            b.insert(&self.meta, CUTOVER_REMOVED, total.to_le_bytes().to_vec());
+        }
         if done {
             let c = Cutover { cleaned: true, ..c };
             b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
@@ -1087,6 +1110,27 @@ impl Store {
         let _g = self.lock();
         self.commit(b, Durability::Sync)?;
         Ok((scanned, removed, done))
+    }
+
+    /// Versions the cutover's clean-up has removed so far, over all its runs (persisted
+    /// with each step).
+    pub fn cutover_removed(&self) -> Result<u64> {
+        match self
+            .meta
+            .get(CUTOVER_REMOVED)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(&v[..])
+                .map(u64::from_le_bytes)
+                .map_err(|_| {
+                    Error::corrupt(
+                        META,
+                        "global/cutover_removed",
+                        format!("{} bytes, expected 8", v.len()),
+                    )
+                }),
+        }
     }
 
     // ---- transactions --------------------------------------------------------------------
@@ -2136,6 +2180,66 @@ impl Store {
 }
 
 // ---- value encodings (little-endian; see applier/STORE.md) ---------------------------------
+
+/// What fjall's error `e` at opening the store under `dir` means, in words, with the
+/// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
+/// what does not recover. fjall's own form ends it.
+fn describe_open_error(e: &fjall::Error, dir: &Path) -> String {
+    use fjall::Error as F;
+    let what = match e {
+        F::JournalRecovery(r) => {
+            use fjall::JournalRecoveryError as R;
+            let why = match r {
+                R::ChecksumMismatch => "a write batch's checksum does not match its contents",
+                R::InsufficientLength => "a write batch holds fewer items than its header says",
+                R::TooManyItems => "a write batch holds more items than its header says",
+                R::InvalidFileName => "a journal file's name does not parse",
+            };
+            format!(
+                "its journal does not recover: {why} (damage inside the journal, not a write \
+                 cut short at its end, which recovery drops by itself); journal files: {}",
+                journal_files(dir)
+            )
+        }
+        F::Io(io) => format!("I/O error: {io}"),
+        F::InvalidVersion(v) => format!("its format version {v:?} is not one this build reads"),
+        F::Storage(_) => "a table or a keyspace's metadata does not read".to_string(),
+        F::Unrecoverable => {
+            "fjall found it unrecoverable (its log lines above say why)".to_string()
+        }
+        _ => "fjall refused it".to_string(),
+    };
+    format!("{what} (fjall: {e:?})")
+}
+
+/// The journal files under `dir` with their sizes, oldest first (`0.jnl (64 MiB), …`).
+fn journal_files(dir: &Path) -> String {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return format!("{} cannot be listed", dir.display());
+    };
+    let mut files: Vec<(u64, std::path::PathBuf, u64)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let n: u64 = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(".jnl")?
+                .parse()
+                .ok()?;
+            Some((n, p, e.metadata().map_or(0, |m| m.len())))
+        })
+        .collect();
+    if files.is_empty() {
+        return "none found".to_string();
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|(_, p, len)| format!("{} ({len} bytes)", p.display()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {

@@ -88,8 +88,13 @@ pub struct Appliers {
     workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
     /// Set by a cutover (or at start on a primary): no worker starts any more.
     closed: std::sync::atomic::AtomicBool,
-    /// applied_records of each tablet when this process started (for record lag).
+    /// applied_records of each tablet when its worker started in this process: with the
+    /// records the worker applied from before the intake opened the log
+    /// (`ApplyWorker::records_below`) and those the intake received since, every record
+    /// ever received (`received_records`).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
+    /// The intake, once started: where it opened each received log.
+    intake: std::sync::OnceLock<Intake>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
     /// How the apply workers read the received logs.
@@ -97,7 +102,10 @@ pub struct Appliers {
 }
 
 impl Appliers {
-    fn ensure(&self, t: &TabletId) {
+    /// Starts tablet `t`'s worker unless it runs (then wakes it). `received` is the end of
+    /// its received log as the caller knows it, the end the intake opened it at when the
+    /// intake is not known yet (only at start, before any frame arrived).
+    fn ensure(&self, t: &TabletId, received: WalPos) {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
@@ -120,10 +128,15 @@ impl Appliers {
             .unwrap_or_else(|p| p.into_inner())
             .insert(t.clone(), base);
         self.consistency.register_tablet(t);
+        let opened_at = match self.intake.get() {
+            Some(i) => i.tablet(t).map_or(WalPos::ZERO, |ti| ti.opened_at()),
+            None => received,
+        };
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
             reads: self.reads,
+            count_below: opened_at,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -144,8 +157,8 @@ impl Appliers {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
-        for (t, _) in ends {
-            self.ensure(t);
+        for (t, end) in ends {
+            self.ensure(t, *end);
         }
         let progress: Vec<_> = {
             let w = self.workers();
@@ -291,6 +304,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
+        intake: std::sync::OnceLock::new(),
         threads: Arc::new(ApplyThreads::with_nice(
             cfg.effective_apply_threads(),
             "apply",
@@ -306,9 +320,10 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     opts.quic = cfg.quic.tuning();
     opts.max_clock_skew = cfg.max_clock_skew;
     let a2 = appliers.clone();
-    let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
+    let hook: DurableHook = Arc::new(move |t: &TabletId, p: WalPos| a2.ensure(t, p));
     let certs::Material { ca, chain, key } = tls;
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    let _ = appliers.intake.set(intake.clone());
     appliers
         .threads
         .yield_to_intake(intake.activity(), cfg.apply_yield_to_intake);
@@ -467,17 +482,23 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
     for ti in s.intake.tablets() {
         let st = ti.status();
         let t = &ti.tablet;
-        let (applied, safe, fault) = match workers.get(t) {
-            Some(w) => (w.applied_pos().0, w.safe_time(), w.fault()),
-            None => (0, HybridTime::default(), None),
+        let meta = s.store.tablet(t).ok().flatten().unwrap_or_default();
+        // Without a worker (a promoted target, or before it starts): as the store has it.
+        let (applied, safe, fault, before_start) = match workers.get(t) {
+            Some(w) => (
+                w.applied_pos().0,
+                w.safe_time(),
+                w.fault(),
+                w.records_below(),
+            ),
+            None => (meta.applied_pos.0, meta.safe_time, None, 0),
         };
-        let applied_records = s
-            .store
-            .tablet(t)
-            .ok()
-            .flatten()
-            .map_or(0, |m| m.applied_records);
-        let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
+        let applied_records = meta.applied_records;
+        // Totals over the target's life, both: applied as stored; received = applied when
+        // the worker started + applied since from before the intake opened the log + what
+        // the intake received since.
+        let received_records =
+            base.get(t).copied().unwrap_or(applied_records) + before_start + st.records;
         let state = fault.as_ref().map_or(st.state, |f| f.state());
         rows.insert(
             t.to_string(),
@@ -488,10 +509,11 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
                 "received_safe_time": ht(HybridTime(st.safe_time)),
                 "state": state,
                 "lag_bytes": st.received_pos.saturating_sub(applied),
-                "lag_records": st.records.saturating_sub(applied_this_run),
-                "received_records": st.records,
+                "lag_records": received_records.saturating_sub(applied_records),
+                "received_records": received_records,
                 "applied_records": applied_records,
-                "received_bytes": st.bytes,
+                // Received logs start at position 0: their end is every byte received.
+                "received_bytes": st.received_pos,
                 "shipper": st.shipper,
                 "last_frame_ms_ago": st.last_frame_ms_ago,
                 "error": fault.map(|f| f.to_string()).or(st.error),
@@ -517,10 +539,20 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     {
         None => Value::Null,
         Some(c) => {
-            let g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
-            let removed = g
+            // The running clean-up's count, else the total its runs persisted.
+            let running = s
+                .cleanup
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
-                .map_or(0, |c| c.progress.removed.load(Ordering::Relaxed));
+                .map(|c| c.progress.removed.load(Ordering::Relaxed));
+            let removed = match running {
+                Some(n) => n,
+                None => s
+                    .store
+                    .cutover_removed()
+                    .map_err(|e| ApiError::internal(&e.into()))?,
+            };
             json!({
                 "cut_ht": ht(c.cut),
                 "cut_time": rfc3339_us(c.cut_time_us),
