@@ -289,11 +289,10 @@ fn promote_under_load_with_a_lagging_tablet() {
     assert_eq!(target_state(&c, "latest"), want);
 }
 
-#[test]
-fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = cluster(tmp.path());
-    let t0 = now_ht();
+/// Five commits (`write`s with a trx id and a gtid) per tablet as JSON lines: key
+/// `k{i}-{k}` = `k` at ht `t0 + k·10 + i` on tablet `t{i}`. The safe time once all are in
+/// is t0's last, `t0 + 40`; t1..t3 each have one commit above it.
+fn five_commits_per_tablet(t0: u64) -> String {
     let mut lines = Vec::new();
     for i in 0..TABLETS as u64 {
         for k in 0..5u64 {
@@ -306,7 +305,15 @@ fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
             ));
         }
     }
-    append(&c.wal, &lines.join("\n"));
+    lines.join("\n")
+}
+
+#[test]
+fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cluster(tmp.path());
+    let t0 = now_ht();
+    append(&c.wal, &five_commits_per_tablet(t0));
     let mut applier = Daemon::start_env(
         "apply",
         &c.applier_cfg,
@@ -363,16 +370,7 @@ fn status_totals_and_a_promoted_applier_survive_a_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let c = cluster(tmp.path());
     let t0 = now_ht();
-    let mut lines = Vec::new();
-    for i in 0..TABLETS as u64 {
-        for k in 0..5u64 {
-            lines.push(format!(
-                r#"{{"tablet":"t{i}","kind":"write","ht":"{}","ops":[{{"key":"k{i}-{k}","value":"{k}"}}]}}"#,
-                t0 + k * 10 + i,
-            ));
-        }
-    }
-    append(&c.wal, &lines.join("\n"));
+    append(&c.wal, &five_commits_per_tablet(t0));
     let mut applier = c.start_applier();
     let mut shipper = c.start_shipper();
     let visible = || {

@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -15,16 +15,6 @@ use tidelog_wal::format::{record_checksum, MAX_KEY_LEN, RECORD_HEADER_LEN};
 use tidelog_wal::{SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Hybrid time `ago` before now.
-fn ht_ago(ago: Duration) -> u64 {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-        - ago.as_micros() as u64;
-    us << 12
-}
 
 /// A record of `kind` with `body` at `pos`, encoded by hand: the WAL writer's own limits
 /// (key length, ht bounds) are not applied, as a source built with other limits, or a
@@ -80,6 +70,14 @@ fn status(c: &Cluster) -> Value {
 
 fn get(c: &Cluster, key: &str, mode: &str) -> (u16, Value) {
     api(&c.applier_sock, "GET", &format!("/v1/kv/{key}?mode={mode}")).unwrap_or((0, Value::Null))
+}
+
+/// A consistent read refused with a 503 of `code`; its message.
+fn refused_read(c: &Cluster, code: &str) -> String {
+    let (st, body) = get(c, "t1/k0", "consistent");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    body["message"].as_str().unwrap().to_string()
 }
 
 /// The state a key of 65 526 bytes puts its tablet in: the store refuses it
@@ -143,10 +141,7 @@ fn a_record_the_store_cannot_take_stops_only_its_tablet_with_a_named_state() {
     });
 
     // Consistent reads name the stopped tablet, the position and the reason.
-    let (st, body) = get(&c, "t1/k0", "consistent");
-    assert_eq!(st, 503, "{body}");
-    assert_eq!(body["error"], "safe_time_uninitialized", "{body}");
-    let msg = body["message"].as_str().unwrap();
+    let msg = refused_read(&c, "safe_time_uninitialized");
     assert!(
         msg.contains("tablet k2")
             && msg.contains(&format!("received-log position {bad}"))
@@ -206,10 +201,7 @@ fn a_stopped_tablet_holds_the_safe_time_and_the_stale_read_names_it() {
     let st = api(&c.applier_sock, "GET", "/v1/safe-time").unwrap().1;
     assert_eq!(st["safe_time"], old.to_string(), "{st}");
     assert_eq!(st["laggiest_tablet"], "k2", "{st}");
-    let (code, body) = get(&c, "t1/k0", "consistent");
-    assert_eq!(code, 503, "{body}");
-    assert_eq!(body["error"], "stale_safe_time", "{body}");
-    let msg = body["message"].as_str().unwrap();
+    let msg = refused_read(&c, "stale_safe_time");
     assert!(
         msg.contains("laggiest tablet k2")
             && msg.contains(long_key_state())
