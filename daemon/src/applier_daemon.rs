@@ -747,7 +747,7 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
 /// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
 /// …`), or its intake refuses frames beyond the clock (`clock_skew`). `None` for a tablet
 /// that is only behind or idle.
-fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
+pub(crate) fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
     if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
         return Some(format!("stopped ({}): {f}", f.state()));
     }
@@ -758,7 +758,7 @@ fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
 /// Why the safe time is not initialized: a tablet that has not reported because it
 /// stopped before its first record was applied is named with its fault (a stopped tablet
 /// is preferred to one that is only waiting for its first record), else the core's reason.
-fn uninitialized_reason(
+pub(crate) fn uninitialized_reason(
     s: &ApplierState,
     r: &tidelog_applier::consistency::SafeTimeReport,
 ) -> String {
