@@ -1,4 +1,5 @@
-//! `Store`: the applier's fjall database — MVCC data, transactions and meta (DESIGN §5).
+//! `Store`: the applier's fjall database — MVCC data, transactions and meta (layouts:
+//! `applier/STORE.md`).
 //!
 //! One fjall [`Database`] under `data_dir/store/` with three keyspaces (layouts drawn in
 //! `applier/STORE.md`):
@@ -74,7 +75,7 @@ pub enum Durability {
     Buffered,
 }
 
-/// The target's role (DESIGN §7).
+/// The target's role (docs/ARCHITECTURE.md, "Cutover").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Role {
     /// Receiving and applying shipped logs.
@@ -2187,7 +2188,8 @@ impl Store {
     }
 }
 
-// ---- value encodings (little-endian; see applier/STORE.md) ---------------------------------
+// ---- value encodings (little-endian; see applier/STORE.md)
+// ---------------------------------
 
 /// What fjall's error `e` at opening the store under `dir` means, in words, with the
 /// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
@@ -2398,7 +2400,8 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     })
 }
 
-/// A cutover (DESIGN §7) as persisted in `meta` under `global/cutover`.
+/// A cutover (docs/ARCHITECTURE.md, "Cutover") as persisted in `meta` under
+/// `global/cutover`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cutover {
     pub cut: HybridTime,
