@@ -1,5 +1,6 @@
-//! The apply stage of one tablet (DESIGN §5, stage 2): reads the tablet's received log from
-//! the store's apply position and applies it in batches with [`Store::apply`].
+//! The apply stage of one tablet (docs/ARCHITECTURE.md, "Apply"): reads the tablet's
+//! received log from the store's apply position and applies it in batches with
+//! [`Store::apply`].
 //!
 //! An [`ApplyWorker`] runs on a thread of an [`ApplyThreads`] group (its own, unless
 //! [`ApplyConfig::threads`] names a shared one: a thread then takes its tablets in turn, one
@@ -97,6 +98,12 @@ pub struct ApplyConfig {
     pub threads: Option<Arc<ApplyThreads>>,
     /// How the received log is read. Default [`ReceivedReads::Buffered`].
     pub reads: ReceivedReads,
+    /// Records applied below this received-log position are counted apart
+    /// ([`ApplyWorker::records_below`]): given the log's end when the intake opened it,
+    /// that is what was received before this process started and not yet applied, so the
+    /// intake's count of this run plus it plus the stored applied total is every record
+    /// ever received. Default 0 (none).
+    pub count_below: WalPos,
 }
 
 /// How the apply stage reads a received log.
@@ -140,6 +147,7 @@ impl Default for ApplyConfig {
             consistency: None,
             threads: None,
             reads: ReceivedReads::Buffered,
+            count_below: WalPos::ZERO,
         }
     }
 }
@@ -164,6 +172,8 @@ struct Shared {
     held: Mutex<Option<ApplyFault>>,
     /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
     heartbeat: Heartbeat,
+    /// Records applied by this worker below [`ApplyConfig::count_below`].
+    records_below: AtomicU64,
     /// Records and received-log bytes applied by this worker since it started.
     applied_records: AtomicU64,
     applied_bytes: AtomicU64,
@@ -653,6 +663,7 @@ impl ApplyWorker {
             fault: Mutex::new(None),
             held: Mutex::new(None),
             heartbeat: Heartbeat::new(),
+            records_below: AtomicU64::new(0),
             applied_records: AtomicU64::new(0),
             applied_bytes: AtomicU64::new(0),
             batch_latency: LatencyHistogram::new(),
@@ -720,6 +731,11 @@ impl ApplyWorker {
     /// Records applied by this worker since it started.
     pub fn applied_records(&self) -> u64 {
         self.shared.applied_records.load(Ordering::Relaxed)
+    }
+
+    /// Records applied by this worker below [`ApplyConfig::count_below`].
+    pub fn records_below(&self) -> u64 {
+        self.shared.records_below.load(Ordering::Relaxed)
     }
 
     /// Received-log bytes applied by this worker since it started.
@@ -1080,6 +1096,10 @@ impl TabletLoop {
                     lsm = %self.store.lsm_pressure(),
                     "slow apply batch"
                 );
+            }
+            if start < cfg.count_below {
+                let below = batch.iter().filter(|(p, _)| *p < cfg.count_below).count();
+                sh.records_below.fetch_add(below as u64, Ordering::Relaxed);
             }
             sh.applied_records.fetch_add(out.records, Ordering::Relaxed);
             sh.applied_bytes.fetch_add(out.bytes, Ordering::Relaxed);

@@ -1,4 +1,5 @@
-//! Cutover (DESIGN §7): promote the target to a clean cut of the source.
+//! Cutover (docs/ARCHITECTURE.md, "Cutover"): promote the target to a clean cut of the
+//! source.
 //!
 //! ```text
 //!  daemon: refuse shippers ─► stop apply workers ─► freeze safe time S
@@ -84,7 +85,9 @@ const CLEANUP_STEP: usize = 50_000;
 /// Progress of the background clean-up (phase 3).
 #[derive(Debug, Default)]
 pub struct CleanupProgress {
+    /// Keys looked at by this run.
     pub scanned: AtomicU64,
+    /// Versions removed, over all runs (the persisted total at start, then this run's).
     pub removed: AtomicU64,
     pub done: AtomicBool,
     /// Microseconds the clean-up has run so far (this process).
@@ -100,9 +103,13 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
-    /// Starts removing versions above the cut, from the persisted cursor.
+    /// Starts removing versions above the cut, from the persisted cursor; `removed` counts
+    /// on from the total earlier runs persisted.
     pub fn start(store: Arc<Store>) -> Result<Cleanup> {
         let progress = Arc::new(CleanupProgress::default());
+        progress
+            .removed
+            .store(store.cutover_removed()?, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (progress.clone(), stop.clone());
         let handle = std::thread::Builder::new()

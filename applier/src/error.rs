@@ -13,6 +13,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Everything the store and the apply stage can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The store under `path` does not open: `detail` says what failed, with what fjall
+    /// found and, for its journal, the journal files.
+    #[error("opening the store at {path}: {detail}")]
+    Open { path: PathBuf, detail: String },
+
     /// fjall failed doing `op`.
     #[error("store {op}: {source}")]
     Store {

@@ -1,4 +1,4 @@
-//! Intake (DESIGN §5 stage 1): the QUIC server that shippers connect to.
+//! Intake (docs/ARCHITECTURE.md, "Intake"): the QUIC server that shippers connect to.
 //!
 //! ```text
 //!  shipper ──QUIC/mTLS──► connection task ── control stream: Hello → claim tablets → Welcome
@@ -17,6 +17,21 @@
 //! the resume position a shipper gets is the received log's durable end, so nothing is
 //! received twice. A frame that fails any check closes its stream with an `Error` message and
 //! nothing of it is written.
+//!
+//! # Clock skew
+//!
+//! A data frame whose header safe time or any record's ht lies beyond this host's clock
+//! plus [`IntakeOptions::max_clock_skew`] is refused before it is queued (`clock_skew`):
+//! the records before the first one beyond the bound are written, from it on nothing is
+//! written or acknowledged, so the tablet's safe time cannot move to it
+//! (an ht of `u64::MAX` would have set the safe time to the year 2112, for good, and made
+//! its lag read 0). The tablet shows [`TabletState::ClockSkew`] with the reason until a
+//! data frame passes the check. The condition is retried: the shipper resends from the
+//! durable end on a new stream (with its reconnect backoff), and once the clocks agree
+//! again — the record's ht is within the bound of a later clock, or NTP corrected either
+//! side — the frame is taken and the state clears by itself. An ht that stays beyond
+//! (a source clock set years ahead) keeps the tablet there: the source must be corrected
+//! and the tablet re-bootstrapped. Keep-alives carry no data and are not checked.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,6 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
@@ -57,6 +73,9 @@ pub struct IntakeOptions {
     /// cache again once the catch-up is over (`Writer::set_direct_io`). A live stream's
     /// small frames keep the page cache, where apply reads them back at once.
     pub direct_io_in_catch_up: bool,
+    /// A data frame whose safe time or record ht is further ahead of this host's clock is
+    /// refused (see the module doc). Default 500 ms.
+    pub max_clock_skew: Duration,
 }
 
 impl IntakeOptions {
@@ -71,6 +90,7 @@ impl IntakeOptions {
             queue_frames: 64,
             direct_io: false,
             direct_io_in_catch_up: false,
+            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
         }
     }
 }
@@ -81,6 +101,9 @@ impl IntakeOptions {
 /// intake's own tablets) or zero: the tablet exists and must count for the safe time from
 /// now on, before any announced tablet's data is applied.
 pub type DurableHook = Arc<dyn Fn(&TabletId, WalPos) + Send + Sync>;
+
+/// Default of [`IntakeOptions::max_clock_skew`].
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(500);
 
 /// Tablet intake states, as shown in status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,20 +119,23 @@ pub enum TabletState {
     Failed = 3,
     /// Intake paused by the operator.
     Paused = 4,
+    /// Frames refused: their hts are beyond this host's clock plus `max-clock-skew`.
+    ClockSkew = 5,
     /// The received log cannot be written for lack of space (the error names the path):
     /// intake stopped, nothing of the frames in question acked; it resumes on its own once
     /// space returns.
-    DiskFull = 5,
+    DiskFull = 6,
 }
 
 impl TabletState {
     /// Every state (the metrics export each).
-    pub const ALL: [TabletState; 6] = [
+    pub const ALL: [TabletState; 7] = [
         TabletState::Disconnected,
         TabletState::Streaming,
         TabletState::NeedsBootstrap,
         TabletState::Failed,
         TabletState::Paused,
+        TabletState::ClockSkew,
         TabletState::DiskFull,
     ];
 
@@ -120,6 +146,7 @@ impl TabletState {
             TabletState::NeedsBootstrap => "needs_bootstrap",
             TabletState::Failed => "failed",
             TabletState::Paused => "paused",
+            TabletState::ClockSkew => "clock_skew",
             TabletState::DiskFull => "disk_full",
         }
     }
@@ -129,7 +156,8 @@ impl TabletState {
             2 => TabletState::NeedsBootstrap,
             3 => TabletState::Failed,
             4 => TabletState::Paused,
-            5 => TabletState::DiskFull,
+            5 => TabletState::ClockSkew,
+            6 => TabletState::DiskFull,
             _ => TabletState::Disconnected,
         }
     }
@@ -252,6 +280,9 @@ struct Durable {
 #[derive(Debug)]
 pub struct TabletIntake {
     pub tablet: TabletId,
+    /// The received log's end when this process opened it: `records` and `bytes` count
+    /// what was written after it.
+    opened_at: WalPos,
     owner: Mutex<Option<Owner>>,
     state: AtomicU8,
     paused: AtomicBool,
@@ -266,6 +297,8 @@ pub struct TabletIntake {
     last_error: Mutex<Option<String>>,
     /// `last_error` is set (read on every frame without taking its lock).
     has_error: AtomicBool,
+    /// Why the last data frame was refused for clock skew, until one passes the check.
+    skew: Mutex<Option<String>>,
     /// Set at shutdown: the writer thread finishes its queue and exits.
     stop: AtomicBool,
     /// Held by the writer thread from its check of `paused` until its group is written and
@@ -303,6 +336,12 @@ pub struct TabletIntakeStatus {
 }
 
 impl TabletIntake {
+    /// The received log's end when this process opened it; the record and byte counts of
+    /// [`TabletIntake::status`] are of what was received after it.
+    pub fn opened_at(&self) -> WalPos {
+        self.opened_at
+    }
+
     pub fn received_pos(&self) -> WalPos {
         WalPos(self.received_pos.load(Ordering::Acquire))
     }
@@ -313,7 +352,30 @@ impl TabletIntake {
         if self.paused.load(Ordering::Relaxed) {
             return TabletState::Paused;
         }
-        TabletState::from_u8(self.state.load(Ordering::Relaxed))
+        let st = TabletState::from_u8(self.state.load(Ordering::Relaxed));
+        if !matches!(st, TabletState::Failed | TabletState::DiskFull) && lock(&self.skew).is_some()
+        {
+            return TabletState::ClockSkew;
+        }
+        st
+    }
+
+    /// Why the tablet's frames are refused for clock skew, if the last data frame was.
+    pub fn clock_skew(&self) -> Option<String> {
+        lock(&self.skew).clone()
+    }
+
+    /// Records the outcome of a data frame's clock-skew check (`None`: it passed).
+    fn set_clock_skew(&self, reason: Option<String>) {
+        let mut g = lock(&self.skew);
+        match (&*g, &reason) {
+            (Some(_), None) => {
+                tracing::info!(tablet = %self.tablet, "a data frame is within max-clock-skew again: clock_skew cleared");
+            }
+            (None, Some(r)) => tracing::warn!(tablet = %self.tablet, "{r}"),
+            _ => {}
+        }
+        *g = reason;
     }
     /// When the tablet's writer thread last went round its loop (it waits at most 50 ms for
     /// a frame, so a healthy idle writer beats at least that often).
@@ -395,7 +457,7 @@ impl TabletIntake {
             state: self.state().name(),
             shipper: lock(&self.owner).as_ref().map(|o| o.shipper_id.clone()),
             last_frame_ms_ago: (last > 0).then(|| now_ms().saturating_sub(last)),
-            error: lock(&self.last_error).clone(),
+            error: self.clock_skew().or_else(|| lock(&self.last_error).clone()),
         }
     }
 }
@@ -709,6 +771,7 @@ impl Shared {
         });
         let ti = Arc::new(TabletIntake {
             tablet: t.clone(),
+            opened_at: start,
             owner: Mutex::new(None),
             state: AtomicU8::new(state as u8),
             paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),
@@ -722,6 +785,7 @@ impl Shared {
             thread: Mutex::new(None),
             last_error: Mutex::new(initial_error.clone()),
             has_error: AtomicBool::new(initial_error.is_some()),
+            skew: Mutex::new(None),
             stop: AtomicBool::new(false),
             heartbeat: Heartbeat::new(),
             write_gate: Mutex::new(()),
@@ -1191,6 +1255,59 @@ fn writer_thread(
     }
 }
 
+/// Whether data frame `f` (records `payload`) is beyond this host's clock plus `max`: the
+/// first record whose ht is, or else the frame's safe time, as the bytes of the payload
+/// before it (whole records within the bound) and the reason; `None` when all are within.
+/// The payload's checksum was verified; its records are walked by their headers only (a
+/// malformed one ends the walk, and the writer refuses the frame for it).
+fn beyond_clock(f: &wire::DataFrame, payload: &[u8], max: Duration) -> Option<(usize, String)> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let limit = now.saturating_add(max.as_micros() as u64);
+    let describe = |what: String, ht: HybridTime| {
+        let ahead = Duration::from_micros(ht.physical_micros().saturating_sub(now));
+        let when = humantime::format_rfc3339_seconds(ht.to_system_time());
+        format!(
+            "tablet {}: {what} has ht {ht} ({when}), {} ahead of this applier's clock, beyond \
+             max-clock-skew {}: refused, nothing of it written or acknowledged",
+            f.tablet,
+            fmt_duration(ahead),
+            fmt_duration(max)
+        )
+    };
+    let mut off = 0usize;
+    while let Some(head) = payload.get(off..off + RECORD_HEADER_LEN) {
+        let len = head
+            .get(8..12)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_le_bytes)?;
+        let ht = head
+            .get(16..24)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| HybridTime(u64::from_le_bytes(b)))?;
+        if ht.physical_micros() > limit {
+            let pos = f.first_pos.add(off as u64);
+            let why = describe(format!("the record at received-log position {pos}"), ht);
+            return Some((off, why));
+        }
+        off = off.checked_add(RECORD_HEADER_LEN + len as usize)?;
+    }
+    (f.safe_time.physical_micros() > limit).then(|| {
+        let why = describe(
+            format!("the frame at received-log position {}", f.first_pos),
+            f.safe_time,
+        );
+        (0, why)
+    })
+}
+
+/// `d` rounded to milliseconds, as humantime shows it (`86years 5months …`, `3s 500ms`).
+fn fmt_duration(d: Duration) -> String {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
+}
+
 /// Reads one message from a QUIC stream. `Ok(None)` at a clean end of stream.
 async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes)>> {
     let mut head = [0u8; MSG_HEADER_LEN];
@@ -1252,6 +1369,57 @@ fn read_error(e: std::io::Error) -> anyhow::Error {
         Ok(r) => r.into(),
         Err(e) => anyhow::Error::from(e).context("reading the stream"),
     }
+}
+
+/// The clock-skew check finds the first record beyond the clock plus the bound, by its
+/// position (the records before it are within), else a frame safe time beyond it; hts
+/// within pass.
+#[cfg(test)]
+#[test]
+fn frames_beyond_the_clock_plus_the_skew_bound_are_named_by_position() {
+    use tidelog_wal::{Body, Record};
+    let now = HybridTime::from_system_time(SystemTime::now());
+    let skew = Duration::from_millis(500);
+    let ahead = |d: Duration| HybridTime(now.0 + ((d.as_micros() as u64) << 12));
+    let frame = |hts: &[HybridTime], safe: HybridTime| {
+        let mut payload = Vec::new();
+        let first = WalPos(4096);
+        for ht in hts {
+            let rec = Record::new(*ht, Body::Heartbeat);
+            payload.extend(
+                rec.encode(first.add(payload.len() as u64))
+                    .unwrap_or_default(),
+            );
+        }
+        let f = wire::DataFrame {
+            tablet: "e1".parse().unwrap_or_else(|_| unreachable!()),
+            first_pos: first,
+            end_pos: first.add(payload.len() as u64),
+            safe_time: safe,
+            record_count: hts.len() as u32,
+        };
+        (f, payload)
+    };
+    let (f, p) = frame(&[now, ahead(Duration::from_millis(100))], now);
+    assert_eq!(beyond_clock(&f, &p, skew), None);
+    let (f, p) = frame(&[now, ahead(Duration::from_secs(5)), HybridTime::MAX], now);
+    let (within, why) = beyond_clock(&f, &p, skew).unwrap_or_default();
+    assert_eq!(within, 32, "the first record is within the bound");
+    assert!(
+        why.contains("tablet e1")
+            && why.contains("record at received-log position 4128")
+            && why.contains("max-clock-skew 500ms"),
+        "{why}"
+    );
+    let (f, p) = frame(&[now], HybridTime::MAX);
+    let (within, why) = beyond_clock(&f, &p, skew).unwrap_or_default();
+    assert_eq!(within, 0);
+    assert!(
+        why.contains("frame at received-log position 4096")
+            && why.contains("18446744073709551615")
+            && why.contains("2112-"),
+        "{why}"
+    );
 }
 
 #[cfg(test)]
@@ -1584,8 +1752,29 @@ async fn receive_frames(
                     let _ = errors.send(("bad_position", reason)).await;
                     std::future::pending::<()>().await;
                 }
+                let mut refused = None;
+                let mut payload = payload;
+                if let Some((within, reason)) =
+                    beyond_clock(&f, &payload, shared.opts.max_clock_skew)
+                {
+                    // The records before the first one beyond the bound are written (and
+                    // acked); from it on nothing is: the shipper resends from the durable end
+                    // on a new stream, and it is taken once it is within the bound.
+                    ti.set_clock_skew(Some(reason.clone()));
+                    refused = Some(reason);
+                    payload = payload.slice(..within);
+                } else {
+                    ti.set_clock_skew(None);
+                }
                 expect = f.end_pos;
                 ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
+                if payload.is_empty() {
+                    if let Some(reason) = refused {
+                        let _ = errors.send(("clock_skew", reason)).await;
+                        std::future::pending::<()>().await;
+                    }
+                    continue;
+                }
                 ti.shipping_again();
                 let req = WriteReq {
                     stream: stream_id,
@@ -1606,6 +1795,10 @@ async fn receive_frames(
                 };
                 if !queued {
                     anyhow::bail!("intake of tablet {tablet} stopped");
+                }
+                if let Some(reason) = refused {
+                    let _ = errors.send(("clock_skew", reason)).await;
+                    std::future::pending::<()>().await;
                 }
             }
             (Message::KeepAlive(_), _) => {

@@ -1,4 +1,5 @@
-//! `Store`: the applier's fjall database — MVCC data, transactions and meta (DESIGN §5).
+//! `Store`: the applier's fjall database — MVCC data, transactions and meta (layouts:
+//! `applier/STORE.md`).
 //!
 //! One fjall [`Database`] under `data_dir/store/` with three keyspaces (layouts drawn in
 //! `applier/STORE.md`):
@@ -60,6 +61,7 @@ const GLOBAL_ROLE: &[u8] = b"global/role";
 const BINLOG_HORIZON: &[u8] = b"global/binlog_horizon";
 const CUTOVER: &[u8] = b"global/cutover";
 const CUTOVER_CURSOR: &[u8] = b"global/cutover_cursor";
+const CUTOVER_REMOVED: &[u8] = b"global/cutover_removed";
 
 const VALUE_TOMBSTONE: u8 = 0;
 const VALUE_PUT: u8 = 1;
@@ -76,7 +78,7 @@ pub enum Durability {
     Buffered,
 }
 
-/// The target's role (DESIGN §7).
+/// The target's role (docs/ARCHITECTURE.md, "Cutover").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Role {
     /// Receiving and applying shipped logs.
@@ -384,8 +386,27 @@ const RESEEK_AFTER: usize = 8;
 impl OpenStore {
     /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
     /// by every keyspace, and rebuilds the cache of unresolved transactions from the
-    /// received logs.
+    /// received logs. A failure is [`Error::Open`] naming the store's directory and what
+    /// failed (a journal that does not recover names the journal files); a store locked by
+    /// another process, a directory that cannot be created, or a full disk keeps its own
+    /// error.
     pub(crate) fn open_with(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
+        let path = data_dir.join("store");
+        Self::open_inner(data_dir, cache_size).map_err(|e| match e {
+            e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
+            e if crate::disk::caused_by_no_space(&e) => e,
+            Error::Store { op, source } => Error::Open {
+                detail: format!("{op}: {}", describe_open_error(&source, &path)),
+                path,
+            },
+            e => Error::Open {
+                path,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -1072,6 +1093,10 @@ impl OpenStore {
             last = Some(k.to_vec());
         }
         let done = scanned < max_scanned;
+        if removed > 0 {
+            let total = self.cutover_removed()? + removed as u64;
+            b.insert(&self.meta, CUTOVER_REMOVED, total.to_le_bytes().to_vec());
+        }
         if done {
             let c = Cutover { cleaned: true, ..c };
             b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
@@ -1084,6 +1109,27 @@ impl OpenStore {
         let _g = self.lock();
         self.commit(b, Durability::Sync)?;
         Ok((scanned, removed, done))
+    }
+
+    /// Versions the cutover's clean-up has removed so far, over all its runs (persisted
+    /// with each step).
+    pub fn cutover_removed(&self) -> Result<u64> {
+        match self
+            .meta
+            .get(CUTOVER_REMOVED)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(&v[..])
+                .map(u64::from_le_bytes)
+                .map_err(|_| {
+                    Error::corrupt(
+                        META,
+                        "global/cutover_removed",
+                        format!("{} bytes, expected 8", v.len()),
+                    )
+                }),
+        }
     }
 
     // ---- transactions --------------------------------------------------------------------
@@ -2063,6 +2109,10 @@ impl OpenStore {
 
     /// The newest version of `key` with ht ≤ `at` (newest of all for `None`), by one seek.
     pub fn get(&self, key: &[u8], at: Option<HybridTime>) -> Result<Option<Version>> {
+        if keys::encoded_len(key) > keys::MAX_ENCODED_LEN {
+            // Never stored (`check_record`), and fjall asserts on such a seek key.
+            return Ok(None);
+        }
         let at = self.cap(at);
         let (lo, hi) = keys::visible_range(key, at.unwrap_or(HybridTime::MAX));
         let Some(g) = self.mvcc.range(lo..hi).next() else {
@@ -2086,6 +2136,10 @@ impl OpenStore {
         at: Option<HybridTime>,
         limit: usize,
     ) -> Result<(Vec<(Vec<u8>, Vec<u8>, HybridTime)>, bool)> {
+        if keys::encoded_len(prefix) > keys::MAX_ENCODED_LEN {
+            // No stored key is that long (`check_record`), and fjall asserts on such a bound.
+            return Ok((Vec::new(), false));
+        }
         let at = self.cap(at).unwrap_or(HybridTime::MAX);
         let snap = self.db.snapshot();
         let (start, end) = keys::prefix_range(prefix);
@@ -2132,7 +2186,68 @@ impl OpenStore {
     }
 }
 
-// ---- value encodings (little-endian; see applier/STORE.md) ---------------------------------
+// ---- value encodings (little-endian; see applier/STORE.md)
+// ---------------------------------
+
+/// What fjall's error `e` at opening the store under `dir` means, in words, with the
+/// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
+/// what does not recover. fjall's own form ends it.
+fn describe_open_error(e: &fjall::Error, dir: &Path) -> String {
+    use fjall::Error as F;
+    let what = match e {
+        F::JournalRecovery(r) => {
+            use fjall::JournalRecoveryError as R;
+            let why = match r {
+                R::ChecksumMismatch => "a write batch's checksum does not match its contents",
+                R::InsufficientLength => "a write batch holds fewer items than its header says",
+                R::TooManyItems => "a write batch holds more items than its header says",
+                R::InvalidFileName => "a journal file's name does not parse",
+            };
+            format!(
+                "its journal does not recover: {why} (damage inside the journal, not a write \
+                 cut short at its end, which recovery drops by itself); journal files: {}",
+                journal_files(dir)
+            )
+        }
+        F::Io(io) => format!("I/O error: {io}"),
+        F::InvalidVersion(v) => format!("its format version {v:?} is not one this build reads"),
+        F::Storage(_) => "a table or a keyspace's metadata does not read".to_string(),
+        F::Unrecoverable => {
+            "fjall found it unrecoverable (its log lines above say why)".to_string()
+        }
+        _ => "fjall refused it".to_string(),
+    };
+    format!("{what} (fjall: {e:?})")
+}
+
+/// The journal files under `dir` with their sizes, oldest first (`0.jnl (64 MiB), …`).
+fn journal_files(dir: &Path) -> String {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return format!("{} cannot be listed", dir.display());
+    };
+    let mut files: Vec<(u64, std::path::PathBuf, u64)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let n: u64 = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(".jnl")?
+                .parse()
+                .ok()?;
+            Some((n, p, e.metadata().map_or(0, |m| m.len())))
+        })
+        .collect();
+    if files.is_empty() {
+        return "none found".to_string();
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|(_, p, len)| format!("{} ({len} bytes)", p.display()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
@@ -2283,7 +2398,8 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     })
 }
 
-/// A cutover (DESIGN §7) as persisted in `meta` under `global/cutover`.
+/// A cutover (docs/ARCHITECTURE.md, "Cutover") as persisted in `meta` under
+/// `global/cutover`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cutover {
     pub cut: HybridTime,

@@ -223,7 +223,9 @@ fn a_rejected_record_stops_only_its_tablet_exactly_there_also_after_a_restart() 
         assert!(k2_end > k2_pos[2]);
         // The global safe time is held by the stopped tablets' last applied records.
         let deadline = Instant::now() + DEADLINE;
-        while c.safe_time() != Some(HybridTime(100)) {
+        while c.safe_time() != Some(HybridTime(100))
+            || c.report().tablets.get(&t1) != Some(&HybridTime(249))
+        {
             assert!(
                 Instant::now() < deadline,
                 "safe time {:?}, report {:?}",
@@ -240,5 +242,18 @@ fn a_rejected_record_stops_only_its_tablet_exactly_there_also_after_a_restart() 
             let _ = w.stop();
         }
         c.stop();
+    }
+}
+
+/// Reads of a key or prefix too long for the store's encoding find nothing (no such key can
+/// be stored) instead of panicking inside fjall on the seek key.
+#[test]
+fn reads_of_keys_too_long_for_the_store_find_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(dir.path()).unwrap();
+    for key in [vec![b'K'; 70_000], vec![0u8; 40_000]] {
+        assert!(s.get(&key, None).unwrap().is_none());
+        assert!(s.get(&key, Some(HybridTime(5))).unwrap().is_none());
+        assert_eq!(s.scan(&key, None, 10).unwrap(), (Vec::new(), false));
     }
 }

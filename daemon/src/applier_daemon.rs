@@ -88,8 +88,13 @@ pub struct Appliers {
     workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
     /// Set by a cutover (or at start on a primary): no worker starts any more.
     closed: std::sync::atomic::AtomicBool,
-    /// applied_records of each tablet when this process started (for record lag).
+    /// applied_records of each tablet when its worker started in this process: with the
+    /// records the worker applied from before the intake opened the log
+    /// (`ApplyWorker::records_below`) and those the intake received since, every record
+    /// ever received (`received_records`).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
+    /// The intake, once started: where it opened each received log.
+    intake: std::sync::OnceLock<Intake>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
     /// How the apply workers read the received logs.
@@ -97,7 +102,10 @@ pub struct Appliers {
 }
 
 impl Appliers {
-    fn ensure(&self, t: &TabletId) {
+    /// Starts tablet `t`'s worker unless it runs (then wakes it). `received` is the end of
+    /// its received log as the caller knows it, the end the intake opened it at when the
+    /// intake is not known yet (only at start, before any frame arrived).
+    fn ensure(&self, t: &TabletId, received: WalPos) {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
@@ -120,10 +128,15 @@ impl Appliers {
             .unwrap_or_else(|p| p.into_inner())
             .insert(t.clone(), base);
         self.consistency.register_tablet(t);
+        let opened_at = match self.intake.get() {
+            Some(i) => i.tablet(t).map_or(WalPos::ZERO, |ti| ti.opened_at()),
+            None => received,
+        };
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
             reads: self.reads,
+            count_below: opened_at,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -144,8 +157,8 @@ impl Appliers {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
-        for (t, _) in ends {
-            self.ensure(t);
+        for (t, end) in ends {
+            self.ensure(t, *end);
         }
         let progress: Vec<_> = {
             let w = self.workers();
@@ -259,6 +272,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
+    opts.max_clock_skew = cfg.max_clock_skew;
     let (data_dir, cache_size, o2) = (cfg.data_dir.clone(), cfg.cache_size, opts.clone());
     // Opening reads the retained received logs once (the undecided transactions, and the
     // late intents of committed ones, live there and in memory only): recovered first, as
@@ -302,6 +316,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
+        intake: std::sync::OnceLock::new(),
         threads: Arc::new(ApplyThreads::with_nice(
             cfg.effective_apply_threads(),
             "apply",
@@ -309,9 +324,10 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         )?),
     });
     let a2 = appliers.clone();
-    let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
+    let hook: DurableHook = Arc::new(move |t: &TabletId, p: WalPos| a2.ensure(t, p));
     let certs::Material { ca, chain, key } = tls;
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    let _ = appliers.intake.set(intake.clone());
     appliers
         .threads
         .yield_to_intake(intake.activity(), cfg.apply_yield_to_intake);
@@ -470,17 +486,23 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
     for ti in s.intake.tablets() {
         let st = ti.status();
         let t = &ti.tablet;
-        let (applied, safe, fault) = match workers.get(t) {
-            Some(w) => (w.applied_pos().0, w.safe_time(), w.fault()),
-            None => (0, HybridTime::default(), None),
+        let meta = s.store.tablet(t).ok().flatten().unwrap_or_default();
+        // Without a worker (a promoted target, or before it starts): as the store has it.
+        let (applied, safe, fault, before_start) = match workers.get(t) {
+            Some(w) => (
+                w.applied_pos().0,
+                w.safe_time(),
+                w.fault(),
+                w.records_below(),
+            ),
+            None => (meta.applied_pos.0, meta.safe_time, None, 0),
         };
-        let applied_records = s
-            .store
-            .tablet(t)
-            .ok()
-            .flatten()
-            .map_or(0, |m| m.applied_records);
-        let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
+        let applied_records = meta.applied_records;
+        // Totals over the target's life, both: applied as stored; received = applied when
+        // the worker started + applied since from before the intake opened the log + what
+        // the intake received since.
+        let received_records =
+            base.get(t).copied().unwrap_or(applied_records) + before_start + st.records;
         let state = fault.as_ref().map_or(st.state, |f| f.state());
         rows.insert(
             t.to_string(),
@@ -491,10 +513,11 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
                 "received_safe_time": ht(HybridTime(st.safe_time)),
                 "state": state,
                 "lag_bytes": st.received_pos.saturating_sub(applied),
-                "lag_records": st.records.saturating_sub(applied_this_run),
-                "received_records": st.records,
+                "lag_records": received_records.saturating_sub(applied_records),
+                "received_records": received_records,
                 "applied_records": applied_records,
-                "received_bytes": st.bytes,
+                // Received logs start at position 0: their end is every byte received.
+                "received_bytes": st.received_pos,
                 "shipper": st.shipper,
                 "last_frame_ms_ago": st.last_frame_ms_ago,
                 "error": fault.map(|f| f.to_string()).or(st.error),
@@ -531,10 +554,20 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     let cutover = match cutover {
         None => Value::Null,
         Some(c) => {
-            let g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
-            let removed = g
+            // The running clean-up's count, else the total its runs persisted.
+            let running = s
+                .cleanup
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
-                .map_or(0, |c| c.progress.removed.load(Ordering::Relaxed));
+                .map(|c| c.progress.removed.load(Ordering::Relaxed));
+            let removed = match running {
+                Some(n) => n,
+                None => s
+                    .store
+                    .cutover_removed()
+                    .map_err(|e| ApiError::internal(&e.into()))?,
+            };
             json!({
                 "cut_ht": ht(c.cut),
                 "cut_time": rfc3339_us(c.cut_time_us),
@@ -757,8 +790,10 @@ fn store_fault(s: &ApplierState) -> String {
 
 /// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
 /// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
-/// …`). `None` for a tablet that is only behind or idle.
-fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
+/// …`), waits for space (`disk_full`), or its intake refuses frames beyond the clock
+/// (`clock_skew`) or cannot write its received log. `None` for a tablet that is only
+/// behind or idle.
+pub(crate) fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
     if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
         let how = if f.error.is_retryable() {
             "waits"
@@ -767,22 +802,24 @@ fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
         };
         return Some(format!("{how} ({}): {f}", f.state()));
     }
-    // Its received log cannot be written: nothing new reaches its apply stage.
     let ti = s.intake.tablet(t)?;
     let why = ti.status().error.unwrap_or_default();
     match ti.state() {
+        // Its received log cannot be written: nothing new reaches its apply stage.
         TabletState::DiskFull => Some(format!(
             "waits (disk_full): its intake waits for space: {why}"
         )),
         TabletState::Failed => Some(format!("stopped (failed): its intake stopped: {why}")),
-        _ => None,
+        _ => ti
+            .clock_skew()
+            .map(|skew| format!("refusing its frames (clock_skew): {skew}")),
     }
 }
 
 /// Why the safe time is not initialized: a tablet that has not reported because it
 /// stopped before its first record was applied is named with its fault (a stopped tablet
 /// is preferred to one that is only waiting for its first record), else the core's reason.
-fn uninitialized_reason(
+pub(crate) fn uninitialized_reason(
     s: &ApplierState,
     r: &tidelog_applier::consistency::SafeTimeReport,
 ) -> String {
@@ -1301,9 +1338,10 @@ fn cutover_json(c: &Cutover) -> Value {
     })
 }
 
-/// `POST /v1/promote` (DESIGN §7): refuse shippers, stop applying, cut at the safe time,
-/// persist the cut (reads are capped at it from then on) and the report, and clean up
-/// above the cut in the background. Idempotent: a promoted target returns its report.
+/// `POST /v1/promote` (docs/ARCHITECTURE.md, "Cutover"): refuse shippers, stop applying,
+/// cut at the safe time, persist the cut (reads are capped at it from then on) and the
+/// report, and clean up above the cut in the background. Idempotent: a promoted target
+/// returns its report.
 async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let _one = s.promote_lock.lock().await;
     let s2 = s.clone();

@@ -1,4 +1,5 @@
-//! Daemon configuration files (DESIGN §8): `applier.toml` and `shipper.toml`.
+//! Daemon configuration files (every key: `docs/configuration.md`): `applier.toml` and
+//! `shipper.toml`.
 //!
 //! TOML, kebab-case keys, every key optional with the default stated on its field (and in the
 //! example configs under `systemd/`, which a test parses). Durations are humantime strings
@@ -42,6 +43,11 @@ pub struct ApplierConfig {
     /// Consistent reads fail once safe time lags the wall clock by more. Default `15m`.
     #[serde(deserialize_with = "de_duration")]
     pub max_staleness: Duration,
+    /// A shipped frame whose safe time or record ht is further ahead of this host's clock
+    /// is refused (its tablet shows `clock_skew`; nothing of it is written, the safe time
+    /// does not move; taken once within the bound). Default `500ms`.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_clock_skew: Duration,
     /// How long binlog entries (and so `trx_status` answers) are kept; > 0. Default `1d`.
     #[serde(deserialize_with = "de_duration")]
     pub binlog_retention: Duration,
@@ -206,7 +212,7 @@ pub struct QuicConfig {
     pub udp_receive_buffer: u64,
 }
 
-/// The shipper's file read engine (DESIGN §4).
+/// The shipper's file read engine (docs/ARCHITECTURE.md, "Shipping").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IoEngine {
@@ -392,6 +398,7 @@ impl Default for ApplierConfig {
             admin_socket: PathBuf::from("/run/tidelog/applier.sock"),
             sync: SyncPolicy::Batch,
             max_staleness: Duration::from_secs(15 * 60),
+            max_clock_skew: tidelog_applier::intake::DEFAULT_MAX_CLOCK_SKEW,
             binlog_retention: Duration::from_secs(24 * 3600),
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
@@ -905,6 +912,7 @@ data-dir = "/d"
 admin-socket = "/s.sock"
 sync = "always"
 max-staleness = "90s"
+max-clock-skew = "2s"
 binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
@@ -930,6 +938,7 @@ udp-receive-buffer = "16MiB"
         assert_eq!(c.data_dir, PathBuf::from("/d"));
         assert_eq!(c.sync, SyncPolicy::Always);
         assert_eq!(c.max_staleness, Duration::from_secs(90));
+        assert_eq!(c.max_clock_skew, Duration::from_secs(2));
         assert_eq!(c.binlog_retention, Duration::from_secs(7 * 86400));
         assert_eq!(c.expect_tablets.len(), 2);
         assert_eq!(c.expect_tablets[1].as_str(), "t-2");

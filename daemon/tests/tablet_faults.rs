@@ -7,7 +7,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -16,46 +16,48 @@ use tidelog_wal::{SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Hybrid time `ago` before now.
-fn ht_ago(ago: Duration) -> u64 {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-        - ago.as_micros() as u64;
-    us << 12
-}
-
-/// A `write` record of one op (`key` = `v`) at `pos`, encoded by hand: the WAL writer's
-/// own limits (key length, ht bounds) are not applied, as a source built with other limits,
-/// or a damaged one whose checksums still match, would have written it.
-fn encode_write(pos: WalPos, ht: u64, key: &[u8]) -> Vec<u8> {
+/// A record of `kind` with `body` at `pos`, encoded by hand: the WAL writer's own limits
+/// (key length, ht bounds) are not applied, as a source built with other limits, or a
+/// damaged one whose checksums still match, would have written it.
+fn encode(pos: WalPos, ht: u64, kind: u8, body: &[u8]) -> Vec<u8> {
     let mut rec = vec![0u8; RECORD_HEADER_LEN];
-    rec.extend_from_slice(&1u32.to_le_bytes());
-    rec.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    rec.extend_from_slice(&1u32.to_le_bytes());
-    rec.extend_from_slice(key);
-    rec.push(b'v');
-    let body_len = (rec.len() - RECORD_HEADER_LEN) as u32;
-    rec[8..12].copy_from_slice(&body_len.to_le_bytes());
-    rec[12] = 1; // write
+    rec[8..12].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    rec[12] = kind;
     rec[16..24].copy_from_slice(&ht.to_le_bytes());
     rec[24..32].copy_from_slice(&pos.0.to_le_bytes());
+    rec.extend_from_slice(body);
     let sum = record_checksum(&rec);
     rec[..8].copy_from_slice(&sum.to_le_bytes());
     rec
+}
+
+/// The body of a `write` of one op, `key` = `v`.
+fn write_body(key: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(key);
+    b.push(b'v');
+    b
 }
 
 /// Appends hand-encoded write records `(ht, key)` to `tablet` in the source WAL `wal`
 /// (bytes verbatim, checked only for position, checksum and ht order); returns their
 /// positions.
 fn append_raw(wal: &Path, tablet: &str, recs: &[(u64, Vec<u8>)]) -> Vec<WalPos> {
+    let recs: Vec<(u64, u8, Vec<u8>)> = recs.iter().map(|(h, k)| (*h, 1, write_body(k))).collect();
+    append_encoded(wal, tablet, &recs)
+}
+
+/// Appends hand-encoded records `(ht, kind, body)` to `tablet` in `wal`; their positions.
+fn append_encoded(wal: &Path, tablet: &str, recs: &[(u64, u8, Vec<u8>)]) -> Vec<WalPos> {
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
     let mut pos = Vec::new();
-    for (ht, key) in recs {
+    for (ht, kind, body) in recs {
         let at = w.staged_pos();
-        w.append_encoded(&encode_write(at, *ht, key)).unwrap();
+        w.append_encoded(&encode(at, *ht, *kind, body)).unwrap();
         pos.push(at);
     }
     w.commit(SyncPolicy::Always).unwrap();
@@ -68,6 +70,14 @@ fn status(c: &Cluster) -> Value {
 
 fn get(c: &Cluster, key: &str, mode: &str) -> (u16, Value) {
     api(&c.applier_sock, "GET", &format!("/v1/kv/{key}?mode={mode}")).unwrap_or((0, Value::Null))
+}
+
+/// A consistent read refused with a 503 of `code`; its message.
+fn refused_read(c: &Cluster, code: &str) -> String {
+    let (st, body) = get(c, "t1/k0", "consistent");
+    assert_eq!(st, 503, "{body}");
+    assert_eq!(body["error"], code, "{body}");
+    body["message"].as_str().unwrap().to_string()
 }
 
 /// The state a key of 65 526 bytes puts its tablet in: the store refuses it
@@ -131,10 +141,7 @@ fn a_record_the_store_cannot_take_stops_only_its_tablet_with_a_named_state() {
     });
 
     // Consistent reads name the stopped tablet, the position and the reason.
-    let (st, body) = get(&c, "t1/k0", "consistent");
-    assert_eq!(st, 503, "{body}");
-    assert_eq!(body["error"], "safe_time_uninitialized", "{body}");
-    let msg = body["message"].as_str().unwrap();
+    let msg = refused_read(&c, "safe_time_uninitialized");
     assert!(
         msg.contains("tablet k2")
             && msg.contains(&format!("received-log position {bad}"))
@@ -194,10 +201,7 @@ fn a_stopped_tablet_holds_the_safe_time_and_the_stale_read_names_it() {
     let st = api(&c.applier_sock, "GET", "/v1/safe-time").unwrap().1;
     assert_eq!(st["safe_time"], old.to_string(), "{st}");
     assert_eq!(st["laggiest_tablet"], "k2", "{st}");
-    let (code, body) = get(&c, "t1/k0", "consistent");
-    assert_eq!(code, 503, "{body}");
-    assert_eq!(body["error"], "stale_safe_time", "{body}");
-    let msg = body["message"].as_str().unwrap();
+    let msg = refused_read(&c, "stale_safe_time");
     assert!(
         msg.contains("laggiest tablet k2")
             && msg.contains(long_key_state())
@@ -208,4 +212,146 @@ fn a_stopped_tablet_holds_the_safe_time_and_the_stale_read_names_it() {
     // Reads at the held safe time are consistent and served.
     let (code, body) = api(&c.applier_sock, "GET", &format!("/v1/kv/k2/a?at={old}")).unwrap();
     assert_eq!((code, body["value"].as_str()), (200, Some("v")), "{body}");
+}
+
+/// The heartbeat with ht = u64::MAX that set the global safe time to the year 2112 for
+/// good (lag 0, so `stale_safe_time` never fired): refused at intake, its tablet shows
+/// `clock_skew` naming it, nothing of it is written, and the safe time stays in the
+/// present, also after a restart.
+#[test]
+fn a_frame_beyond_the_clock_is_refused_and_the_safe_time_does_not_move() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    write_records(&c.wal, "e1", 2, |i| format!("v{i}").into_bytes());
+    let bad = append_encoded(&c.wal, "e1", &[(u64::MAX, 5, Vec::new())])[0];
+    let mut applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    for round in 0..2 {
+        let mut row = Value::Null;
+        // The records before it are written; from it on nothing is.
+        wait_for("e1 refused for clock skew at the record", WAIT, || {
+            row = status(&c)["tablets"]["e1"].clone();
+            row["state"] == "clock_skew" && row["received_pos"] == bad.0
+        });
+        let err = row["error"].as_str().unwrap_or_default();
+        assert!(
+            err.contains("tablet e1")
+                && err.contains(&format!("received-log position {bad}"))
+                && err.contains("18446744073709551615")
+                && err.contains("max-clock-skew 500ms"),
+            "round {round}: {row}"
+        );
+        wait_for("e1 and t1 applied", WAIT, || {
+            let s = status(&c);
+            ["e1", "t1"].iter().all(|t| {
+                let r = &s["tablets"][t];
+                r["applied_pos"].as_u64().is_some() && r["applied_pos"] == r["received_pos"]
+            })
+        });
+        let st = api(&c.applier_sock, "GET", "/v1/safe-time").unwrap().1;
+        let safe: u64 = st["safe_time"].as_str().unwrap().parse().unwrap();
+        assert!(
+            safe <= now_ht(),
+            "round {round}: the safe time is in the future: {st}"
+        );
+        let e1: u64 = st["tablets"]["e1"]["safe_time"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(e1 <= now_ht(), "round {round}: {st}");
+        let (code, body) = get(&c, "t1/k2", "consistent");
+        assert_eq!((code, body["value"].as_str()), (200, Some("v2")), "{body}");
+        if round == 0 {
+            assert!(applier.terminate(Duration::from_secs(30)), "clean stop");
+            applier = c.start_applier();
+        }
+    }
+}
+
+/// A record a little ahead of the applier's clock (a source clock a few seconds fast) is
+/// refused while it is beyond `max-clock-skew`, and taken once the clock has caught up: the
+/// state clears by itself, with no restart.
+#[test]
+fn a_frame_a_little_ahead_is_taken_once_the_clock_catches_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::with(tmp.path(), "batch", "max-clock-skew = \"500ms\"\n", "");
+    write_records(&c.wal, "e1", 1, |i| format!("v{i}").into_bytes());
+    let _applier = c.start_applier();
+    let _shipper = c.start_shipper();
+    wait_for("e1 applied", WAIT, || {
+        get(&c, "e1/k0", "latest").1["value"] == "v0"
+    });
+    let ahead = ht_ago(Duration::ZERO) + ((6_000_000u64) << 12);
+    append_raw(&c.wal, "e1", &[(ahead, b"e1/ahead".to_vec())]);
+    let mut row = Value::Null;
+    wait_for("e1 refused for clock skew", WAIT, || {
+        row = status(&c)["tablets"]["e1"].clone();
+        row["state"] == "clock_skew"
+    });
+    assert!(
+        row["error"].as_str().unwrap_or_default().contains("e1"),
+        "{row}"
+    );
+    wait_for("the record taken once within the bound", WAIT, || {
+        get(&c, "e1/ahead", "latest").1["value"] == "v"
+    });
+    assert!(
+        now_ht() + (500_000u64 << 12) >= ahead,
+        "taken while still beyond the bound"
+    );
+    wait_for("e1 streaming again", WAIT, || {
+        let r = &status(&c)["tablets"]["e1"];
+        r["state"] == "streaming" && r["error"].is_null()
+    });
+}
+
+/// A panic while applying (here injected with the `apply::batch` fail point) stops only
+/// its tablet (`apply_failed`, naming the position and the panic), is logged through the
+/// log (tracing) with the thread and the tablet rather than only as the standard panic
+/// message, and leaves nothing behind: after a restart the tablet applies.
+#[test]
+fn a_panic_while_applying_is_logged_with_its_tablet_and_stops_only_that_tablet() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = Cluster::new(tmp.path(), "batch", "");
+    write_records(&c.wal, "t1", 3, |i| format!("v{i}").into_bytes());
+    let log_path = tmp.path().join("applier.log");
+    let mut applier = Daemon::start_env(
+        "apply",
+        &c.applier_cfg,
+        &log_path,
+        &[("FAILPOINTS", "apply::batch=1*panic(injected apply failure)")],
+    );
+    let _shipper = c.start_shipper();
+    let mut row = Value::Null;
+    wait_for("t1 stopped by the panic", WAIT, || {
+        row = status(&c)["tablets"]["t1"].clone();
+        row["state"] == "apply_failed"
+    });
+    let err = row["error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("tablet t1")
+            && err.contains("received-log position 0")
+            && err.contains("panicked: injected apply failure"),
+        "{row}"
+    );
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("injected apply failure") && l.contains("ERROR"))
+        .unwrap_or_else(|| panic!("no error line for the panic in the log:\n{log}"));
+    assert!(
+        line.contains("tablet=t1") && line.contains("thread=\"apply-"),
+        "{line}"
+    );
+    assert!(
+        !log.contains("' panicked at"),
+        "the standard panic message was printed:\n{log}"
+    );
+    assert!(applier.terminate(Duration::from_secs(30)), "clean stop");
+    let _applier = c.start_applier();
+    wait_for("t1 applied after a restart", WAIT, || {
+        get(&c, "t1/k2", "latest").1["value"] == "v2"
+    });
 }

@@ -315,6 +315,11 @@ impl Store {
         self.run(|s| s.cutover_cleanup_step(max_scanned))
     }
 
+    /// Versions the cutover's clean-up has removed so far, over all its runs.
+    pub fn cutover_removed(&self) -> Result<u64> {
+        self.run(|s| s.cutover_removed())
+    }
+
     /// What the store knows about a transaction (see [`OpenStore::txn_state`]).
     pub fn txn_state(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         self.run(|s| s.txn_state(txn))

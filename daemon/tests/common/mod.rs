@@ -315,6 +315,11 @@ pub fn scan_items(v: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Hybrid time `ago` before now (physical microseconds, logical 0).
+pub fn ht_ago(ago: Duration) -> u64 {
+    tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now() - ago).0
+}
+
 /// The hybrid time of now (physical microseconds, logical 0).
 pub fn now_ht() -> u64 {
     tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now()).0
