@@ -93,6 +93,25 @@ impl IntakeOptions {
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
         }
     }
+
+    /// The options of each received log's writer (`direct_io` as the file system allows).
+    pub fn wal_options(&self, direct_io: bool) -> WalOptions {
+        WalOptions {
+            segment_size: self.segment_size,
+            // Written with `append_encoded` only (through the file): nothing to pre-fault.
+            prefault: false,
+            direct_io,
+            ..WalOptions::default()
+        }
+    }
+
+    /// What [`Intake::start`], or the writer of a tablet's received log later, would
+    /// refuse in these options (a segment size outside the WAL's limits).
+    pub fn validate(&self) -> Result<()> {
+        self.wal_options(self.direct_io)
+            .validate()
+            .map_err(anyhow::Error::from)
+    }
 }
 
 /// Called after each durable append to a tablet's received log (wakes the apply stage),
@@ -537,6 +556,7 @@ impl Intake {
         tls: TlsMaterial,
         hook: Option<DurableHook>,
     ) -> Result<Intake> {
+        opts.validate()?;
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
@@ -737,7 +757,7 @@ impl Shared {
         let log = ReceivedLog {
             root: self.opts.data_dir.join("received"),
             tablet: t.clone(),
-            opts: received_log_options(&self.opts, self.direct_io),
+            opts: self.opts.wal_options(self.direct_io),
         };
         // A log that cannot be created for lack of space still makes a tablet, shown with
         // the path and the space it needs; its writer thread opens the log once there is.
@@ -853,17 +873,6 @@ impl Shared {
     }
 }
 
-/// How the received logs are written.
-fn received_log_options(opts: &IntakeOptions, direct_io: bool) -> WalOptions {
-    WalOptions {
-        segment_size: opts.segment_size,
-        // Written with `append_encoded` only (through the file): nothing to pre-fault.
-        prefault: false,
-        direct_io,
-        ..WalOptions::default()
-    }
-}
-
 /// Recovers every received log under `data_dir/received/` as opening it for writing does
 /// (a torn tail, e.g. a segment truncated while the applier was down, is cut at its last
 /// valid record; `wal/FORMAT.md`), before anything reads them: the store rebuilds what it
@@ -875,7 +884,7 @@ pub fn recover_received_logs(opts: &IntakeOptions) -> Result<()> {
     if !root.is_dir() {
         return Ok(());
     }
-    let wopts = received_log_options(opts, false);
+    let wopts = opts.wal_options(false);
     for t in tidelog_wal::reader::list_tablets(&root)
         .with_context(|| format!("listing {}", root.display()))?
     {
