@@ -35,8 +35,22 @@
 //! # Errors
 //!
 //! A corrupt or truncated received log, a gap, or a store failure stops the worker; the
-//! error (naming tablet, file and offset for corruption) is kept in [`ApplyWorker::error`]
-//! and logged once. Nothing is ever skipped.
+//! error (naming tablet, file and offset for corruption) is kept in [`ApplyWorker::fault`]
+//! with the position the tablet stopped at, and logged once. Nothing is ever skipped.
+//!
+//! A record that passed its checksum but that the store cannot take (a key too long for its
+//! encoding, see [`Store::check_record`]) stops its tablet at that record: the records
+//! before it in the batch are applied, nothing of it, and the fault is
+//! [`Error::Rejected`] (state `record_rejected`) naming the tablet, the record's
+//! received-log position and the reason. The other tablets go on. The tablet's safe time
+//! stays at its last applied record, so the global safe time holds there (it must: the
+//! record may belong to a transaction or precede commits on other tablets). After a
+//! restart the same record is refused again the same way; the state clears only when the
+//! record can be applied (a version that takes it), as nothing is ever skipped.
+//!
+//! A panic while applying (a bug) is caught around each step and stops only its tablet
+//! ([`Error::Panicked`], state `apply_failed`); the store's cache of unresolved
+//! transactions is then no longer trusted for received-log retention until a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -49,6 +63,7 @@ use tidelog_wal::{
 };
 
 use crate::consistency::Consistency;
+use crate::disk::Backoff;
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::intake::IntakeActivity;
@@ -83,6 +98,12 @@ pub struct ApplyConfig {
     pub threads: Option<Arc<ApplyThreads>>,
     /// How the received log is read. Default [`ReceivedReads::Buffered`].
     pub reads: ReceivedReads,
+    /// Records applied below this received-log position are counted apart
+    /// ([`ApplyWorker::records_below`]): given the log's end when the intake opened it,
+    /// that is what was received before this process started and not yet applied, so the
+    /// intake's count of this run plus it plus the stored applied total is every record
+    /// ever received. Default 0 (none).
+    pub count_below: WalPos,
 }
 
 /// How the apply stage reads a received log.
@@ -126,6 +147,7 @@ impl Default for ApplyConfig {
             consistency: None,
             threads: None,
             reads: ReceivedReads::Buffered,
+            count_below: WalPos::ZERO,
         }
     }
 }
@@ -144,9 +166,14 @@ struct Shared {
     progress_waiters: Mutex<usize>,
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
-    error: Mutex<Option<Arc<Error>>>,
+    fault: Mutex<Option<ApplyFault>>,
+    /// What the worker holds on while it runs: a full disk or a store being reopened
+    /// ([`Error::is_retryable`]). Cleared once it applies again.
+    held: Mutex<Option<ApplyFault>>,
     /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
     heartbeat: Heartbeat,
+    /// Records applied by this worker below [`ApplyConfig::count_below`].
+    records_below: AtomicU64,
     /// Records and received-log bytes applied by this worker since it started.
     applied_records: AtomicU64,
     applied_bytes: AtomicU64,
@@ -197,9 +224,81 @@ impl Shared {
         }
     }
 
+    /// The fault that stopped the worker, else the one it holds on.
+    fn fault(&self) -> Option<ApplyFault> {
+        self.fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .or_else(|| self.held())
+    }
+
+    fn held(&self) -> Option<ApplyFault> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Wakes the worker (more to read, ready parts, or stop).
     fn notify(&self) {
         self.lane.bell.ring();
+    }
+}
+
+/// Why and where a tablet's apply stage stopped ([`ApplyWorker::fault`]).
+#[derive(Clone, Debug)]
+pub struct ApplyFault {
+    /// The tablet's apply position when it stopped: the received-log position of the
+    /// first record not applied (for a rejected record, that record's).
+    pub pos: WalPos,
+    pub error: Arc<Error>,
+}
+
+impl ApplyFault {
+    /// The tablet's state in status and metrics ([`Error::tablet_state`]).
+    pub fn state(&self) -> &'static str {
+        self.error.tablet_state()
+    }
+}
+
+impl std::fmt::Display for ApplyFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A full disk does not stop the tablet: it waits there and goes on by itself.
+        let how = if self.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
+        write!(
+            f,
+            "apply {how} at received-log position {}: {}",
+            self.pos, self.error
+        )
+    }
+}
+
+thread_local! {
+    /// The tablet the current thread is applying (for the panic hook's report).
+    static APPLYING: std::cell::RefCell<Option<TabletId>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The tablet this thread is applying a step of, if it is an apply thread in a step (the
+/// daemons' panic hook names it).
+pub fn current_tablet() -> Option<TabletId> {
+    APPLYING.with(|a| a.borrow().clone())
+}
+
+/// Sets [`current_tablet`] for its lifetime (also while unwinding).
+struct Applying;
+
+impl Applying {
+    fn enter(t: &TabletId) -> Applying {
+        APPLYING.with(|a| *a.borrow_mut() = Some(t.clone()));
+        Applying
+    }
+}
+
+impl Drop for Applying {
+    fn drop(&mut self) {
+        APPLYING.with(|a| *a.borrow_mut() = None);
     }
 }
 
@@ -427,7 +526,11 @@ fn lane_main(lane: &Lane) {
             }
             let span = t.span.clone();
             let _e = span.enter();
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step())) {
+            let stepped = {
+                let _a = Applying::enter(&t.sh.tablet);
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.step()))
+            };
+            match stepped {
                 Ok(Ok(Step::Worked { full })) => {
                     worked = true;
                     behind |= full;
@@ -442,12 +545,25 @@ fn lane_main(lane: &Lane) {
                     kept += 1;
                     true
                 }
+                Ok(Err(e)) if e.is_retryable() => {
+                    // A full disk: nothing of the batch took effect; tried again later.
+                    sleep = sleep.min(t.hold(e));
+                    kept += 1;
+                    true
+                }
                 Ok(Err(e)) => {
                     t.finish(Err(e), lane);
                     false
                 }
-                Err(_) => {
-                    let e = Error::Shutdown(t.sh.tablet.clone());
+                Err(p) => {
+                    // The panic hook has logged it. What the store holds in memory for the
+                    // batch may be half-changed: received-log retention stops trusting it.
+                    t.store.mark_cache_incomplete();
+                    let e = Error::Panicked {
+                        tablet: t.sh.tablet.clone(),
+                        from: t.sh.applied_pos.load(),
+                        message: Error::panic_message(&*p),
+                    };
                     t.finish(Err(e), lane);
                     false
                 }
@@ -492,6 +608,11 @@ impl ApplyProgress {
         self.0.running.load(Ordering::Acquire)
     }
 
+    /// As [`ApplyWorker::fault`].
+    pub fn fault(&self) -> Option<ApplyFault> {
+        self.0.fault()
+    }
+
     /// As [`ApplyWorker::wait_applied`].
     pub fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
         self.0.wait_applied(pos, timeout)
@@ -520,6 +641,7 @@ impl ApplyWorker {
                 "apply config needs positive batch limits and poll interval: {cfg:?}"
             )));
         }
+        let generation = store.generation();
         let meta = store.tablet(&tablet)?.unwrap_or_default();
         let (own, lane) = match &cfg.threads {
             Some(t) => (None, t.pick()),
@@ -538,8 +660,10 @@ impl ApplyWorker {
             lane: lane.clone(),
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
-            error: Mutex::new(None),
+            fault: Mutex::new(None),
+            held: Mutex::new(None),
             heartbeat: Heartbeat::new(),
+            records_below: AtomicU64::new(0),
             applied_records: AtomicU64::new(0),
             applied_bytes: AtomicU64::new(0),
             batch_latency: LatencyHistogram::new(),
@@ -566,6 +690,9 @@ impl ApplyWorker {
             dirty: false,
             last_persist: Instant::now(),
             warned: false,
+            generation,
+            retry: None,
+            refill_from: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);
         lane.inbox
@@ -606,6 +733,11 @@ impl ApplyWorker {
         self.shared.applied_records.load(Ordering::Relaxed)
     }
 
+    /// Records applied by this worker below [`ApplyConfig::count_below`].
+    pub fn records_below(&self) -> u64 {
+        self.shared.records_below.load(Ordering::Relaxed)
+    }
+
     /// Received-log bytes applied by this worker since it started.
     pub fn applied_bytes(&self) -> u64 {
         self.shared.applied_bytes.load(Ordering::Relaxed)
@@ -626,13 +758,26 @@ impl ApplyWorker {
         self.shared.running.load(Ordering::Acquire)
     }
 
+    /// What the worker holds on while it still runs: a full disk (naming its path) or a
+    /// store being reopened. It applies again on its own once that ends.
+    pub fn held(&self) -> Option<ApplyFault> {
+        self.shared.held()
+    }
+
     /// The error that stopped the worker, if any.
     pub fn error(&self) -> Option<Arc<Error>> {
         self.shared
-            .error
+            .fault
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .as_ref()
+            .map(|f| f.error.clone())
+    }
+
+    /// Why and where the worker stopped, if an error stopped it; else what it holds on
+    /// while it runs ([`ApplyWorker::held`]).
+    pub fn fault(&self) -> Option<ApplyFault> {
+        self.shared.fault()
     }
 
     /// Blocks until `applied_pos ≥ pos`, the worker stops, or `timeout`; returns whether
@@ -656,8 +801,11 @@ impl ApplyWorker {
             while self.is_running() {
                 if self.shared.lane.exited.load(Ordering::Acquire) {
                     // The thread died outside a step: nothing will finish this tablet.
-                    let mut e = self.shared.error.lock().unwrap_or_else(|p| p.into_inner());
-                    e.get_or_insert_with(|| Arc::new(Error::Shutdown(self.shared.tablet.clone())));
+                    let mut e = self.shared.fault.lock().unwrap_or_else(|p| p.into_inner());
+                    e.get_or_insert_with(|| ApplyFault {
+                        pos: self.shared.applied_pos.load(),
+                        error: Arc::new(Error::Shutdown(self.shared.tablet.clone())),
+                    });
                     self.shared.running.store(false, Ordering::Release);
                     break;
                 }
@@ -734,50 +882,173 @@ struct TabletLoop {
     last_persist: Instant,
     /// Warned that the log is missing although records were applied.
     warned: bool,
+    /// The store's generation this loop's positions were read from (see
+    /// [`Store::generation`]): a reopened store is read again.
+    generation: u64,
+    /// While the worker holds ([`Shared::held`]): when to try again.
+    retry: Option<Backoff>,
+    /// While the received log ends below the apply position: its end when that was logged.
+    refill_from: Option<WalPos>,
+}
+
+/// Where the received log stands for the apply position.
+enum LogState {
+    /// The reader is open at the apply position (or further).
+    Open,
+    /// The log does not exist yet.
+    Missing,
+    /// The log ends at `end`, below the apply position: it lost its tail (a truncated
+    /// segment, cut at its last valid record when the intake opened it, as the source's
+    /// WAL is) and the intake is receiving it again. Records below the apply position are
+    /// in the store already; applying goes on once the log reaches that position.
+    Behind { end: WalPos },
 }
 
 impl TabletLoop {
-    /// Applies the ready parts and at most one batch of the received log.
+    /// Applies the ready parts and at most one batch of the received log (after a hold,
+    /// or once the store was reopened, from the position the store holds).
     fn step(&mut self) -> Result<Step> {
+        if let Some(wait) = self.resume()? {
+            return Ok(Step::Idle(wait));
+        }
+        let step = self.step_inner()?;
+        if self.retry.take().is_some() {
+            *self.sh.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            tracing::info!(applied_pos = %self.sh.applied_pos.load(), "apply resumed");
+        }
+        Ok(step)
+    }
+
+    /// Holds on a retryable error `e`: kept for status, logged once per change; returns
+    /// when to look again.
+    fn hold(&mut self, e: Error) -> Duration {
+        let mut held = self.sh.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held
+            .as_ref()
+            .is_none_or(|h| h.error.to_string() != e.to_string())
+        {
+            tracing::warn!(applied_pos = %self.sh.applied_pos.load(),
+                "apply holds: {e}; it resumes on its own once that ends");
+        }
+        *held = Some(ApplyFault {
+            pos: self.sh.applied_pos.load(),
+            error: Arc::new(e),
+        });
+        self.retry.get_or_insert_with(Backoff::default).failed()
+    }
+
+    /// Before a step: `Some(wait)` while the worker must wait (held, and its retry is not
+    /// due; or the store was reopened and the safe-time core not yet rebuilt from it).
+    /// Otherwise, when the store was reopened or a retry is due, reads the tablet's apply
+    /// position and safe time back from the store, as a restart would, and drops the
+    /// readers: nothing in memory is trusted over what the store holds.
+    fn resume(&mut self) -> Result<Option<Duration>> {
+        let generation = self.store.generation();
+        let reopened = generation != self.generation;
+        if reopened {
+            let core_behind = self
+                .cfg
+                .consistency
+                .as_ref()
+                .is_some_and(|c| c.store_generation() != generation);
+            if core_behind {
+                return Ok(Some(Duration::from_millis(10)));
+            }
+        } else if let Some(r) = &self.retry {
+            if !r.due() {
+                return Ok(Some(r.left()));
+            }
+        } else {
+            return Ok(None);
+        }
+        let meta = self.store.tablet(&self.sh.tablet)?.unwrap_or_default();
+        self.reader = None;
+        self.parts_reader = None;
+        if reopened {
+            // What was applied `Buffered` is in the reopened store (its journal was read
+            // back); nothing is left to persist from the old one.
+            self.dirty = false;
+        }
+        self.generation = generation;
+        self.sh.safe_time.store(meta.safe_time.0, Ordering::Release);
+        self.sh.publish(meta.applied_pos, meta.safe_time);
+        Ok(None)
+    }
+
+    /// Opens the reader of the tablet's received log at the apply position, unless the log
+    /// does not exist yet or ends below that position (see [`LogState`]).
+    fn open_reader(&mut self) -> Result<LogState> {
         let (sh, cfg) = (&self.sh, &self.cfg);
         let tablet = &sh.tablet;
         let wal = |source| Error::Wal {
             tablet: tablet.clone(),
             source,
         };
-        sh.heartbeat.beat();
+        let log_dir = self.root.join(tablet.as_str());
+        if !log_ready(&log_dir)? {
+            if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
+                // The store applied this tablet before, yet its log is gone.
+                tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
+                    "received log missing although records were applied; waiting for it");
+                self.warned = true;
+            }
+            return Ok(LogState::Missing);
+        }
+        let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
+        match cfg.reads {
+            ReceivedReads::Buffered => {}
+            ReceivedReads::Direct => r.set_direct_io(true),
+            ReceivedReads::DirectBacklogs => {
+                r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
+            }
+        }
+        let from = sh.applied_pos.load();
+        // A tablet that applied nothing starts at the log's oldest record.
+        if from != WalPos::ZERO {
+            if let Some(end) = r.end().filter(|end| *end < from) {
+                return Ok(LogState::Behind { end });
+            }
+            r.seek(from).map_err(wal)?;
+        }
+        tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
+        self.reader = Some(r);
+        Ok(LogState::Open)
+    }
+
+    /// [`TabletLoop::step`] itself.
+    fn step_inner(&mut self) -> Result<Step> {
+        self.sh.heartbeat.beat();
+        let log = match &self.reader {
+            Some(_) => LogState::Open,
+            None => self.open_reader()?,
+        };
+        if let LogState::Behind { end } = log {
+            // Ready parts wait too: their intents lie below the apply position.
+            let from = self.sh.applied_pos.load();
+            if self.refill_from.is_none() {
+                tracing::warn!(%from, received_end = %end,
+                    "the received log ends below the apply position: it lost its tail (cut \
+                     at its last valid record when it was opened) and the shipper is sending \
+                     it again; applying goes on from {from} once it gets there");
+                self.refill_from = Some(end);
+            }
+            return Ok(Step::Idle(self.cfg.poll_interval));
+        }
+        if self.refill_from.take().is_some() {
+            tracing::info!(from = %self.sh.applied_pos.load(), "the received log was refilled to the apply position");
+        }
+        let (sh, cfg) = (&self.sh, &self.cfg);
+        let tablet = &sh.tablet;
+        let wal = |source| Error::Wal {
+            tablet: tablet.clone(),
+            source,
+        };
         if let Some(c) = &cfg.consistency {
             apply_ready_parts(tablet, &self.store, c, &self.root, &mut self.parts_reader)?;
         }
-        let r = match &mut self.reader {
-            Some(r) => r,
-            None => {
-                let log_dir = self.root.join(tablet.as_str());
-                if !log_ready(&log_dir)? {
-                    if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
-                        // The store applied this tablet before, yet its log is gone.
-                        tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
-                            "received log missing although records were applied; waiting for it");
-                        self.warned = true;
-                    }
-                    return Ok(Step::Idle(cfg.poll_interval));
-                }
-                let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
-                match cfg.reads {
-                    ReceivedReads::Buffered => {}
-                    ReceivedReads::Direct => r.set_direct_io(true),
-                    ReceivedReads::DirectBacklogs => {
-                        r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
-                    }
-                }
-                let from = sh.applied_pos.load();
-                // A tablet that applied nothing starts at the log's oldest record.
-                if from != WalPos::ZERO {
-                    r.seek(from).map_err(wal)?;
-                }
-                tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
-                self.reader.insert(r)
-            }
+        let Some(r) = self.reader.as_mut() else {
+            // No log yet.
+            return Ok(Step::Idle(cfg.poll_interval));
         };
         let batch = &mut self.batch;
         batch.clear();
@@ -789,12 +1060,26 @@ impl TabletLoop {
                 None => break,
             }
         }
+        let mut end = Reader::position(r);
+        let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
+        // A record the store cannot take stops the tablet there: the ones before it are
+        // applied, nothing of it (and the reader, past it, is not used again).
+        let mut rejected = None;
+        for (i, (pos, rec)) in batch.iter().enumerate() {
+            if let Err(e) = Store::check_record(tablet, *pos, rec) {
+                rejected = Some((i, *pos, e));
+                break;
+            }
+        }
+        let rejected = rejected.map(|(i, pos, e)| {
+            end = pos;
+            batch.truncate(i);
+            e
+        });
         if !batch.is_empty() {
             if let Some(c) = &cfg.consistency {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));
             }
-            let end = Reader::position(r);
-            let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
             // Test hook: a slow apply (`apply::batch=sleep(ms)`).
             fail::fail_point!("apply::batch");
             let started = Instant::now();
@@ -812,6 +1097,10 @@ impl TabletLoop {
                     "slow apply batch"
                 );
             }
+            if start < cfg.count_below {
+                let below = batch.iter().filter(|(p, _)| *p < cfg.count_below).count();
+                sh.records_below.fetch_add(below as u64, Ordering::Relaxed);
+            }
             sh.applied_records.fetch_add(out.records, Ordering::Relaxed);
             sh.applied_bytes.fetch_add(out.bytes, Ordering::Relaxed);
             tracing::trace!(records = out.records, bytes = out.bytes, end = %end, "applied");
@@ -823,7 +1112,13 @@ impl TabletLoop {
             if self.dirty && self.last_persist.elapsed() >= cfg.persist_interval {
                 self.persist()?;
             }
+            if let Some(e) = rejected {
+                return Err(e);
+            }
             return Ok(Step::Worked { full });
+        }
+        if let Some(e) = rejected {
+            return Err(e);
         }
         let mut within = cfg.poll_interval;
         if self.dirty {
@@ -851,8 +1146,12 @@ impl TabletLoop {
     fn finish(&mut self, result: Result<()>, lane: &Lane) {
         let persisted = if self.dirty { self.persist() } else { Ok(()) };
         if let Err(e) = result.and(persisted) {
-            tracing::error!(tablet = %self.sh.tablet, error = %e, "apply worker stopped");
-            *self.sh.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(e));
+            let fault = ApplyFault {
+                pos: self.sh.applied_pos.load(),
+                error: Arc::new(e),
+            };
+            tracing::error!(tablet = %self.sh.tablet, state = fault.state(), "{fault}");
+            *self.sh.fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(fault);
         }
         lane.tablets.fetch_sub(1, Ordering::Relaxed);
         let _g = self.sh.progress();
@@ -897,6 +1196,7 @@ fn apply_ready_parts(
             };
             for ir in &list {
                 let rec = r.read_at(ir.pos).map_err(wal)?;
+                Store::check_record(tablet, ir.pos, &rec)?;
                 match rec.body {
                     tidelog_wal::Body::Intent { ops: o, .. } => {
                         ops.extend(o.into_iter().map(|op| (op.key, op.value)));

@@ -39,7 +39,7 @@ pub fn now_us() -> u64 {
 /// Computes the report of cutover `c` from the store: lost commits by gtid sequence, the
 /// window from the cut to the newest commit received, per-tablet safe time and lag.
 pub fn compute_report(store: &Store, c: &Cutover) -> Result<CutoverReport> {
-    let bl = store.binlog();
+    let bl = store.binlog()?;
     let lost_commits = bl.commits_above(c.cut)?;
     let lost_window_ms = bl.last_commit_ht()?.filter(|h| *h > c.cut).map_or(0, |h| {
         (h.physical_micros() - c.cut.physical_micros()) / 1000
@@ -85,7 +85,9 @@ const CLEANUP_STEP: usize = 50_000;
 /// Progress of the background clean-up (phase 3).
 #[derive(Debug, Default)]
 pub struct CleanupProgress {
+    /// Keys looked at by this run.
     pub scanned: AtomicU64,
+    /// Versions removed, over all runs (the persisted total at start, then this run's).
     pub removed: AtomicU64,
     pub done: AtomicBool,
     /// Microseconds the clean-up has run so far (this process).
@@ -101,9 +103,13 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
-    /// Starts removing versions above the cut, from the persisted cursor.
+    /// Starts removing versions above the cut, from the persisted cursor; `removed` counts
+    /// on from the total earlier runs persisted.
     pub fn start(store: Arc<Store>) -> Result<Cleanup> {
         let progress = Arc::new(CleanupProgress::default());
+        progress
+            .removed
+            .store(store.cutover_removed()?, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let (p, s) = (progress.clone(), stop.clone());
         let handle = std::thread::Builder::new()

@@ -26,6 +26,11 @@ use tidelog_wal::HybridTime;
 /// Bytes of the inverted hybrid time suffix.
 pub const HT_LEN: usize = 8;
 
+/// Longest encoded key the store takes (fjall keys are at most `u16::MAX` bytes). A user
+/// key fits when `len + (its 0x00 bytes) + 10 ≤` this: 65 525 bytes without a NUL, 32 762
+/// if every byte is one ([`encoded_len`]).
+pub const MAX_ENCODED_LEN: usize = u16::MAX as usize;
+
 const ESC: u8 = 0x00;
 const ESC_ZERO: u8 = 0xFF;
 const TERM: u8 = 0x01;
@@ -41,6 +46,12 @@ pub enum KeyError {
     BadEscape { offset: usize, byte: u8 },
     #[error("encoded key has {got} bytes after its terminator at offset {offset}, expected 8")]
     BadSuffix { offset: usize, got: usize },
+}
+
+/// Length of the encoding of any version of `key`: each 0x00 byte takes two, then the
+/// terminator and the hybrid time.
+pub fn encoded_len(key: &[u8]) -> usize {
+    key.len() + key.iter().filter(|&&b| b == ESC).count() + 2 + HT_LEN
 }
 
 /// Appends `escape(key)` (no terminator) to `out`.
@@ -211,6 +222,11 @@ mod tests {
         fn order_is_key_asc_ht_desc(a in key(), ha in ht(), b in key(), hb in ht()) {
             let want = a.cmp(&b).then(hb.cmp(&ha));
             prop_assert_eq!(encode(&a, ha).cmp(&encode(&b, hb)), want);
+        }
+
+        #[test]
+        fn encoded_len_is_the_length_of_the_encoding(k in key(), h in ht()) {
+            prop_assert_eq!(encoded_len(&k), encode(&k, h).len());
         }
 
         #[test]

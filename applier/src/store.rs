@@ -37,6 +37,9 @@ use crate::error::{Error, Result};
 use crate::history::HistoryFactory;
 use crate::keys;
 
+mod reopen;
+pub use reopen::{BinlogRef, Store, REOPEN_MIN_FREE};
+
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 
@@ -58,6 +61,7 @@ const GLOBAL_ROLE: &[u8] = b"global/role";
 const BINLOG_HORIZON: &[u8] = b"global/binlog_horizon";
 const CUTOVER: &[u8] = b"global/cutover";
 const CUTOVER_CURSOR: &[u8] = b"global/cutover_cursor";
+const CUTOVER_REMOVED: &[u8] = b"global/cutover_removed";
 
 const VALUE_TOMBSTONE: u8 = 0;
 const VALUE_PUT: u8 = 1;
@@ -141,7 +145,7 @@ pub struct TxnState {
     pub open: Option<(HybridTime, TabletId)>,
     /// In memory only: an intent of this transaction was seen without its trx id (or with
     /// another one), so after a restart the `trx` index cannot tell that it committed; its
-    /// commit is then recorded in `txns` (see `Store::apply_locked`).
+    /// commit is then recorded in `txns` (see `OpenStore::apply_locked`).
     pub untraceable: bool,
 }
 
@@ -209,8 +213,10 @@ pub struct ApplyOutcome {
     pub binlog: u64,
 }
 
-/// The applier's store. Cheap to share behind an `Arc`; all methods take `&self`.
-pub struct Store {
+/// One opening of the store's fjall database, with the in-memory state rebuilt when it was
+/// opened. The [`Store`] users share goes through the current one and replaces it with a
+/// fresh opening after a failed write (`store/reopen.rs`).
+pub struct OpenStore {
     db: Database,
     mvcc: Keyspace,
     txns: Keyspace,
@@ -231,17 +237,18 @@ pub struct Store {
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions: every undecided one and every committed one not applied everywhere,
     /// with their intents. It is the only copy of an undecided transaction's state (nothing
-    /// is written before the decision); [`Store::open`] rebuilds it from the received logs.
+    /// is written before the decision); [`OpenStore::open_with`] rebuilds it from the
+    /// received logs.
     /// Resolved ones leave it.
     write_lock: Mutex<HashMap<TxnId, TxnState>>,
     /// Orders store commits as the write lock ordered their preparation. Apply batches take
     /// it before letting go of the write lock and commit under it alone, so the next batch
     /// is prepared (decoding, transaction state, building the fjall batch) while this one's
     /// memtable inserts run — a two-stage pipeline instead of one lock over both. Everything
-    /// else takes both ([`Store::lock`]): store and cache then agree.
+    /// else takes both ([`OpenStore::lock`]): store and cache then agree.
     commit_order: Mutex<()>,
     /// Transactions resolved by a batch whose commit is in flight: gone from the cache, not
-    /// yet readable in the store. [`Store::settled_txn`] looks here first.
+    /// yet readable in the store. [`OpenStore::settled_txn`] looks here first.
     in_flight: Mutex<HashMap<TxnId, TxnState>>,
     /// Set when an apply batch failed after taking transactions out of the cache: the cache
     /// no longer lists every unresolved transaction, so received-log retention must not
@@ -277,7 +284,7 @@ pub struct Store {
     global_lock: Mutex<()>,
 }
 
-/// What [`Store::open`] found in the retained received logs (`Store::rebuild_unresolved`).
+/// What [`OpenStore::open_with`] found in the retained received logs (`OpenStore::rebuild_unresolved`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rebuilt {
     /// Records read.
@@ -319,9 +326,9 @@ struct Prepared {
     out: ApplyOutcome,
 }
 
-/// A batch between [`Store::hand_over`] and the end of its commit.
+/// A batch between [`OpenStore::hand_over`] and the end of its commit.
 struct Committing<'a> {
-    store: &'a Store,
+    store: &'a OpenStore,
     /// Resolved by the batch: in `in_flight` until the commit is done.
     settled: Vec<TxnId>,
     _order: MutexGuard<'a, ()>,
@@ -339,7 +346,7 @@ impl Drop for Committing<'_> {
     }
 }
 
-/// [`Store::lock`]'s guard: the cache, with the commit order held.
+/// [`OpenStore::lock`]'s guard: the cache, with the commit order held.
 struct Locked<'a> {
     cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
     _order: MutexGuard<'a, ()>,
@@ -364,9 +371,9 @@ enum OpenOp {
     Clear(TrxId, HybridTime, TabletId),
 }
 
-impl fmt::Debug for Store {
+impl fmt::Debug for OpenStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Store").finish_non_exhaustive()
+        f.debug_struct("OpenStore").finish_non_exhaustive()
     }
 }
 
@@ -376,24 +383,30 @@ pub const WORKER_THREAD: &str = "fjall:worker";
 /// Scans re-seek instead of stepping once they passed this many invisible versions of one key.
 const RESEEK_AFTER: usize = 8;
 
-impl Store {
-    /// Sets the nice value of the store's background workers (fjall's flushes and
-    /// compactions, threads named [`WORKER_THREAD`]; with one store per process, as the
-    /// daemon has, exactly this store's): the applier's `store-nice`. Returns how many
-    /// threads it set.
-    pub fn set_background_nice(&self, nice: i32) -> std::io::Result<usize> {
-        crate::priority::set_threads_nice(WORKER_THREAD, nice)
-    }
-
-    /// Opens (creating if needed) the store under `data_dir/store/` with the default
-    /// block cache ([`DEFAULT_CACHE_SIZE`]).
-    pub fn open(data_dir: &Path) -> Result<Store> {
-        Store::open_with(data_dir, DEFAULT_CACHE_SIZE)
-    }
-
+impl OpenStore {
     /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
-    /// by every keyspace.
-    pub fn open_with(data_dir: &Path, cache_size: u64) -> Result<Store> {
+    /// by every keyspace, and rebuilds the cache of unresolved transactions from the
+    /// received logs. A failure is [`Error::Open`] naming the store's directory and what
+    /// failed (a journal that does not recover names the journal files); a store locked by
+    /// another process, a directory that cannot be created, or a full disk keeps its own
+    /// error.
+    pub(crate) fn open_with(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
+        let path = data_dir.join("store");
+        Self::open_inner(data_dir, cache_size).map_err(|e| match e {
+            e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
+            e if crate::disk::caused_by_no_space(&e) => e,
+            Error::Store { op, source } => Error::Open {
+                detail: format!("{op}: {}", describe_open_error(&source, &path)),
+                path,
+            },
+            e => Error::Open {
+                path,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -480,7 +493,7 @@ impl Store {
             open_aborts: ks(binlog::OPEN_ABORTS)?,
             visible: Default::default(),
         };
-        let mut store = Store {
+        let mut store = OpenStore {
             db,
             mvcc,
             txns,
@@ -651,12 +664,16 @@ impl Store {
     /// loads their data blocks into the block cache, so that look-ups then read no block
     /// from the file system. Worth it only while those keyspaces fit in `cache-size`
     /// ([`Store::disk_sizes`]). Returns the entries read.
-    pub fn warm_lookup_cache(&self) -> Result<u64> {
-        let mut n = 0;
+    /// Stops early (between two blocks of entries) once `stop` is set.
+    pub fn warm_lookup_cache(&self, stop: &std::sync::atomic::AtomicBool) -> Result<u64> {
+        let mut n = 0u64;
         for ks in [&self.bl.trx, &self.bl.gtid, &self.bl.trx_open] {
             for g in ks.iter() {
                 g.key().map_err(Error::store("warm the block cache"))?;
                 n += 1;
+                if n % 4096 == 0 && stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Ok(n);
+                }
             }
         }
         Ok(n)
@@ -1076,6 +1093,10 @@ impl Store {
             last = Some(k.to_vec());
         }
         let done = scanned < max_scanned;
+        if removed > 0 {
+            let total = self.cutover_removed()? + removed as u64;
+            b.insert(&self.meta, CUTOVER_REMOVED, total.to_le_bytes().to_vec());
+        }
         if done {
             let c = Cutover { cleaned: true, ..c };
             b.insert(&self.meta, CUTOVER, encode_cutover(&c)?);
@@ -1088,6 +1109,27 @@ impl Store {
         let _g = self.lock();
         self.commit(b, Durability::Sync)?;
         Ok((scanned, removed, done))
+    }
+
+    /// Versions the cutover's clean-up has removed so far, over all its runs (persisted
+    /// with each step).
+    pub fn cutover_removed(&self) -> Result<u64> {
+        match self
+            .meta
+            .get(CUTOVER_REMOVED)
+            .map_err(Error::store("read meta"))?
+        {
+            None => Ok(0),
+            Some(v) => <[u8; 8]>::try_from(&v[..])
+                .map(u64::from_le_bytes)
+                .map_err(|_| {
+                    Error::corrupt(
+                        META,
+                        "global/cutover_removed",
+                        format!("{} bytes, expected 8", v.len()),
+                    )
+                }),
+        }
     }
 
     // ---- transactions --------------------------------------------------------------------
@@ -1179,6 +1221,59 @@ impl Store {
 
     // ---- apply ---------------------------------------------------------------------------
 
+    /// Whether the store can take `rec` (at `pos` in `tablet`'s received log): every key of
+    /// a `write` or `intent` fits the store's key limit once encoded
+    /// ([`keys::MAX_ENCODED_LEN`]), every value its value limit. [`Error::Rejected`] names
+    /// the record and the reason. A record that decodes can still fail this where the WAL's
+    /// key limit is above what the encoding allows (NUL bytes are escaped to two, and ten
+    /// bytes are added), so the apply stage asks before it builds a batch: an insert of
+    /// such a key would panic inside fjall.
+    pub fn check_record(tablet: &TabletId, pos: WalPos, rec: &Record) -> Result<()> {
+        Self::check_ops(
+            tablet,
+            pos,
+            rec.ops()
+                .iter()
+                .map(|op| (&op.key[..], op.value.as_deref())),
+        )
+    }
+
+    /// [`Store::check_record`] for ops (key, value) of the record at `pos`.
+    fn check_ops<'a>(
+        tablet: &TabletId,
+        pos: WalPos,
+        ops: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+    ) -> Result<()> {
+        let reject = |reason: String| Error::Rejected {
+            tablet: tablet.clone(),
+            pos,
+            reason,
+        };
+        for (i, (k, v)) in ops.into_iter().enumerate() {
+            let enc = keys::encoded_len(k);
+            if enc > keys::MAX_ENCODED_LEN {
+                return Err(reject(format!(
+                    "op {i}: a key of {} bytes takes {enc} bytes in the store (each NUL byte \
+                     escaped to two, 10 bytes of terminator and version added), above its \
+                     limit of {} bytes",
+                    k.len(),
+                    keys::MAX_ENCODED_LEN
+                )));
+            }
+            // The stored value is a tag byte and the bytes; fjall takes up to u32::MAX.
+            if let Some(v) = v {
+                if v.len() >= u32::MAX as usize {
+                    return Err(reject(format!(
+                        "op {i}: a value of {} bytes is above the store's limit of {} bytes",
+                        v.len(),
+                        u32::MAX - 1
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Applies `records` of `tablet` (read from its received log; `end_pos` is the end of
     /// the last one) in one atomic batch together with the tablet's new apply position and
     /// safe time. Records that end at or below the stored apply position are skipped (a
@@ -1195,7 +1290,7 @@ impl Store {
             .inspect_err(|_| self.mark_cache_incomplete())
     }
 
-    fn mark_cache_incomplete(&self) {
+    pub(crate) fn mark_cache_incomplete(&self) {
         self.cache_incomplete
             .store(true, std::sync::atomic::Ordering::Release);
     }
@@ -1216,7 +1311,18 @@ impl Store {
         // (Kept per thread with its capacity: a fresh table per batch of thousands of
         // transactions was allocated, page-faulted in and freed every time.)
         let mut txns = BATCH_TXNS.with(|t| std::mem::take(&mut *t.borrow_mut()));
-        let r = self.apply_locked(&mut g, &mut txns, tablet, records, end_pos);
+        // A panic while preparing (a bug) is an error of this tablet, and the batch's
+        // transactions still go back to the cache.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.apply_locked(&mut g, &mut txns, tablet, records, end_pos)
+        }))
+        .unwrap_or_else(|p| {
+            Err(Error::Panicked {
+                tablet: tablet.clone(),
+                from: records.first().map_or(end_pos, |(pos, _)| *pos),
+                message: Error::panic_message(&*p),
+            })
+        });
         let committing = matches!(&r, Ok(p) if p.batch.is_some());
         // The next batch is prepared while this one commits (see `commit_order`).
         let _committing = self.hand_over(g, txns.drain(), committing);
@@ -1253,10 +1359,15 @@ impl Store {
         // Committed transactions without a `txns` record that met an untraceable intent.
         let mut late_records: Vec<TxnId> = Vec::new();
 
+        let reject = |pos: &WalPos, reason: String| Error::Rejected {
+            tablet: tablet.clone(),
+            pos: *pos,
+            reason,
+        };
         for (pos, rec) in records {
             let body_len = rec
                 .encoded_body_len()
-                .map_err(|e| Error::Invalid(format!("tablet {tablet}: record at {pos}: {e}")))?;
+                .map_err(|e| reject(pos, e.to_string()))?;
             let end = pos.add((RECORD_HEADER_LEN + body_len) as u64);
             if !fresh && *pos < start {
                 if end > start {
@@ -1279,11 +1390,15 @@ impl Store {
                 }
             }
             if meta.safe_time != HybridTime::MIN && rec.ht <= meta.safe_time {
-                return Err(Error::Invalid(format!(
-                    "tablet {tablet}: record at {pos} has ht {} not above the tablet's safe time {}",
-                    rec.ht, meta.safe_time
-                )));
+                return Err(reject(
+                    pos,
+                    format!(
+                        "its ht {} is not above the tablet's safe time {}",
+                        rec.ht, meta.safe_time
+                    ),
+                ));
             }
+            Self::check_record(tablet, *pos, rec)?;
             expected = Some(end);
             out.records += 1;
             out.bytes += end.since(*pos);
@@ -1364,10 +1479,13 @@ impl Store {
                     let st = Self::txn_entry(self, g, txns, txn)?;
                     if let Some(c) = &st.commit {
                         if c.commit_ht != rec.ht {
-                            return Err(Error::Invalid(format!(
-                                "tablet {tablet}: commit of txn {txn} at {pos} with ht {} contradicts an earlier commit at ht {} (tablet {}, position {})",
-                                rec.ht, c.commit_ht, c.tablet, c.pos
-                            )));
+                            return Err(reject(
+                                pos,
+                                format!(
+                                    "the commit of txn {txn} at ht {} contradicts an earlier commit at ht {} (tablet {}, position {})",
+                                    rec.ht, c.commit_ht, c.tablet, c.pos
+                                ),
+                            ));
                         }
                     }
                     if st.aborted {
@@ -1585,6 +1703,19 @@ impl Store {
                 // Nothing to write; goes back to the cache unchanged.
                 updated.push((p.txn, st));
                 continue;
+            }
+            // The apply stage refuses such intents when it reads them (`check_record`);
+            // this keeps an insert that would panic out of the batch all the same.
+            let first = st
+                .intents
+                .get(tablet)
+                .and_then(|l| l.first())
+                .map_or(WalPos::ZERO, |r| r.pos);
+            let ops = p.ops.iter().map(|(k, v)| (&k[..], v.as_deref()));
+            if let Err(e) = Self::check_ops(tablet, first, ops) {
+                updated.push((p.txn, st));
+                failed = Some(e);
+                break;
             }
             applied += 1;
             let mut last: BTreeMap<&[u8], &Option<Vec<u8>>> = BTreeMap::new();
@@ -1843,7 +1974,7 @@ impl Store {
         Ok(self.bl.trx_commit(t)?.is_some_and(|c| c.txn == Some(*txn)))
     }
 
-    /// What [`Store::open`] rebuilt from the received logs.
+    /// What [`OpenStore::open_with`] rebuilt from the received logs.
     pub fn rebuilt(&self) -> Rebuilt {
         self.rebuilt
     }
@@ -1955,7 +2086,7 @@ impl Store {
 
     /// The state of `txn` for this batch, moved out of the cache of unresolved transactions
     /// (no copy; put back after the batch, also when it fails). Not in the cache: see
-    /// [`Store::first_seen`].
+    /// [`OpenStore::first_seen`].
     fn txn_entry<'a>(
         &self,
         unresolved: &mut HashMap<TxnId, TxnState>,
@@ -1978,6 +2109,10 @@ impl Store {
 
     /// The newest version of `key` with ht ≤ `at` (newest of all for `None`), by one seek.
     pub fn get(&self, key: &[u8], at: Option<HybridTime>) -> Result<Option<Version>> {
+        if keys::encoded_len(key) > keys::MAX_ENCODED_LEN {
+            // Never stored (`check_record`), and fjall asserts on such a seek key.
+            return Ok(None);
+        }
         let at = self.cap(at);
         let (lo, hi) = keys::visible_range(key, at.unwrap_or(HybridTime::MAX));
         let Some(g) = self.mvcc.range(lo..hi).next() else {
@@ -2001,6 +2136,10 @@ impl Store {
         at: Option<HybridTime>,
         limit: usize,
     ) -> Result<(Vec<(Vec<u8>, Vec<u8>, HybridTime)>, bool)> {
+        if keys::encoded_len(prefix) > keys::MAX_ENCODED_LEN {
+            // No stored key is that long (`check_record`), and fjall asserts on such a bound.
+            return Ok((Vec::new(), false));
+        }
         let at = self.cap(at).unwrap_or(HybridTime::MAX);
         let snap = self.db.snapshot();
         let (start, end) = keys::prefix_range(prefix);
@@ -2049,6 +2188,66 @@ impl Store {
 
 // ---- value encodings (little-endian; see applier/STORE.md)
 // ---------------------------------
+
+/// What fjall's error `e` at opening the store under `dir` means, in words, with the
+/// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
+/// what does not recover. fjall's own form ends it.
+fn describe_open_error(e: &fjall::Error, dir: &Path) -> String {
+    use fjall::Error as F;
+    let what = match e {
+        F::JournalRecovery(r) => {
+            use fjall::JournalRecoveryError as R;
+            let why = match r {
+                R::ChecksumMismatch => "a write batch's checksum does not match its contents",
+                R::InsufficientLength => "a write batch holds fewer items than its header says",
+                R::TooManyItems => "a write batch holds more items than its header says",
+                R::InvalidFileName => "a journal file's name does not parse",
+            };
+            format!(
+                "its journal does not recover: {why} (damage inside the journal, not a write \
+                 cut short at its end, which recovery drops by itself); journal files: {}",
+                journal_files(dir)
+            )
+        }
+        F::Io(io) => format!("I/O error: {io}"),
+        F::InvalidVersion(v) => format!("its format version {v:?} is not one this build reads"),
+        F::Storage(_) => "a table or a keyspace's metadata does not read".to_string(),
+        F::Unrecoverable => {
+            "fjall found it unrecoverable (its log lines above say why)".to_string()
+        }
+        _ => "fjall refused it".to_string(),
+    };
+    format!("{what} (fjall: {e:?})")
+}
+
+/// The journal files under `dir` with their sizes, oldest first (`0.jnl (64 MiB), …`).
+fn journal_files(dir: &Path) -> String {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return format!("{} cannot be listed", dir.display());
+    };
+    let mut files: Vec<(u64, std::path::PathBuf, u64)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            let n: u64 = p
+                .file_name()?
+                .to_str()?
+                .strip_suffix(".jnl")?
+                .parse()
+                .ok()?;
+            Some((n, p, e.metadata().map_or(0, |m| m.len())))
+        })
+        .collect();
+    if files.is_empty() {
+        return "none found".to_string();
+    }
+    files.sort();
+    files
+        .iter()
+        .map(|(_, p, len)| format!("{} ({len} bytes)", p.display()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
@@ -2474,6 +2673,15 @@ mod tests {
     use super::*;
     use tidelog_wal::Op;
 
+    /// The tests below look inside one opening (its keyspaces and private helpers).
+    struct Store;
+
+    impl Store {
+        fn open(data_dir: &Path) -> Result<OpenStore> {
+            OpenStore::open_with(data_dir, DEFAULT_CACHE_SIZE)
+        }
+    }
+
     fn t(s: &str) -> TabletId {
         s.parse().unwrap()
     }
@@ -2586,7 +2794,7 @@ mod tests {
         assert_eq!(m.applied_pos, end);
         // A tablet only registered is listed too, and both are found again after a reopen.
         s.register_tablet(&t("b")).unwrap();
-        let listed = |s: &Store| s.tablets().unwrap().into_keys().collect::<Vec<_>>();
+        let listed = |s: &OpenStore| s.tablets().unwrap().into_keys().collect::<Vec<_>>();
         assert_eq!(listed(&s), vec![a.clone(), t("b")]);
         drop(s);
         let s = Store::open(dir.path()).unwrap();
@@ -2718,7 +2926,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, st) = (t("a"), t("status"));
         let x = TxnId::from_u128(3);
-        let listed = |s: &Store| -> Vec<TxnId> {
+        let listed = |s: &OpenStore| -> Vec<TxnId> {
             s.pending_txns()
                 .unwrap()
                 .into_iter()
@@ -2784,7 +2992,7 @@ mod tests {
         let (r, end) = place(0, recs);
         s.apply(&a, &r, end, Durability::Sync).unwrap();
         let k_prefix = keys::encode(b"k", HybridTime::MAX)[..3].to_vec();
-        let versions = |s: &Store| -> Vec<u64> {
+        let versions = |s: &OpenStore| -> Vec<u64> {
             s.mvcc
                 .prefix(&k_prefix)
                 .map(|g| keys::split(&g.key().unwrap()).unwrap().1 .0)

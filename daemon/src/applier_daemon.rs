@@ -19,7 +19,7 @@ use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedRea
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
-use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions, TabletState};
 use tidelog_applier::retention::{ReceivedRetention, RETENTION_INTERVAL};
 use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
@@ -31,10 +31,6 @@ use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
 use crate::{certs, metrics, notify, preflight, service};
-
-/// A tablet's state in status and metrics once its apply worker stopped with an error
-/// (whatever its intake state).
-pub const APPLY_FAILED: &str = "apply_failed";
 
 /// After the start-up replay, how long the safe time may take to cover it.
 const REPLAY_PUBLISH_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -96,6 +92,7 @@ fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
     opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
+    opts.max_clock_skew = cfg.max_clock_skew;
     opts
 }
 
@@ -117,8 +114,13 @@ pub struct Appliers {
     workers: Mutex<BTreeMap<TabletId, ApplyWorker>>,
     /// Set by a cutover (or at start on a primary): no worker starts any more.
     closed: std::sync::atomic::AtomicBool,
-    /// applied_records of each tablet when this process started (for record lag).
+    /// applied_records of each tablet when its worker started in this process: with the
+    /// records the worker applied from before the intake opened the log
+    /// (`ApplyWorker::records_below`) and those the intake received since, every record
+    /// ever received (`received_records`).
     base_records: Mutex<BTreeMap<TabletId, u64>>,
+    /// The intake, once started: where it opened each received log.
+    intake: std::sync::OnceLock<Intake>,
     /// The apply threads the tablets are spread over (`apply-threads`).
     pub(crate) threads: Arc<ApplyThreads>,
     /// How the apply workers read the received logs.
@@ -126,7 +128,10 @@ pub struct Appliers {
 }
 
 impl Appliers {
-    fn ensure(&self, t: &TabletId) {
+    /// Starts tablet `t`'s worker unless it runs (then wakes it). `received` is the end of
+    /// its received log as the caller knows it, the end the intake opened it at when the
+    /// intake is not known yet (only at start, before any frame arrived).
+    fn ensure(&self, t: &TabletId, received: WalPos) {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
@@ -149,10 +154,15 @@ impl Appliers {
             .unwrap_or_else(|p| p.into_inner())
             .insert(t.clone(), base);
         self.consistency.register_tablet(t);
+        let opened_at = match self.intake.get() {
+            Some(i) => i.tablet(t).map_or(WalPos::ZERO, |ti| ti.opened_at()),
+            None => received,
+        };
         let cfg = ApplyConfig {
             consistency: Some(self.consistency.clone()),
             threads: Some(self.threads.clone()),
             reads: self.reads,
+            count_below: opened_at,
             ..ApplyConfig::default()
         };
         match ApplyWorker::start(self.store.clone(), &self.received, t.clone(), cfg) {
@@ -173,8 +183,8 @@ impl Appliers {
         if self.closed.load(Ordering::SeqCst) {
             return;
         }
-        for (t, _) in ends {
-            self.ensure(t);
+        for (t, end) in ends {
+            self.ensure(t, *end);
         }
         let progress: Vec<_> = {
             let w = self.workers();
@@ -283,13 +293,18 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
-    let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
-    // Opening reads the retained received logs once: the undecided transactions (and the
-    // late intents of committed ones) live there and in memory only.
+    let opts = intake_options(&cfg);
+    let (data_dir, cache_size, o2) = (cfg.data_dir.clone(), cfg.cache_size, opts.clone());
+    // Opening reads the retained received logs once (the undecided transactions, and the
+    // late intents of committed ones, live there and in memory only): recovered first, as
+    // the intake will write them on.
     let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
-            .await
-            .context("opening the store")??,
+        tokio::task::spawn_blocking(move || -> Result<Store> {
+            tidelog_applier::intake::recover_received_logs(&o2)?;
+            Ok(Store::open_with(&data_dir, cache_size)?)
+        })
+        .await
+        .context("opening the store")??,
     );
     let store_nice = (cfg.store_nice, set_store_nice(&store, cfg.store_nice));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
@@ -322,17 +337,18 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         workers: Mutex::new(BTreeMap::new()),
         closed: std::sync::atomic::AtomicBool::new(cutover.is_some()),
         base_records: Mutex::new(BTreeMap::new()),
+        intake: std::sync::OnceLock::new(),
         threads: Arc::new(ApplyThreads::with_nice(
             cfg.effective_apply_threads(),
             "apply",
             cfg.apply_nice,
         )?),
     });
-    let opts = intake_options(&cfg);
     let a2 = appliers.clone();
-    let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
+    let hook: DurableHook = Arc::new(move |t: &TabletId, p: WalPos| a2.ensure(t, p));
     let certs::Material { ca, chain, key } = tls;
     let intake = Intake::start(opts, TlsMaterial { ca, chain, key }, Some(hook))?;
+    let _ = appliers.intake.set(intake.clone());
     appliers
         .threads
         .yield_to_intake(intake.activity(), cfg.apply_yield_to_intake);
@@ -492,26 +508,24 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
     for ti in s.intake.tablets() {
         let st = ti.status();
         let t = &ti.tablet;
-        let (applied, safe, apply_error) = match workers.get(t) {
+        let meta = s.store.tablet(t).ok().flatten().unwrap_or_default();
+        // Without a worker (a promoted target, or before it starts): as the store has it.
+        let (applied, safe, fault, before_start) = match workers.get(t) {
             Some(w) => (
                 w.applied_pos().0,
                 w.safe_time(),
-                w.error().map(|e| e.to_string()),
+                w.fault(),
+                w.records_below(),
             ),
-            None => (0, HybridTime::default(), None),
+            None => (meta.applied_pos.0, meta.safe_time, None, 0),
         };
-        let applied_records = s
-            .store
-            .tablet(t)
-            .ok()
-            .flatten()
-            .map_or(0, |m| m.applied_records);
-        let applied_this_run = applied_records.saturating_sub(base.get(t).copied().unwrap_or(0));
-        let state = if apply_error.is_some() {
-            APPLY_FAILED
-        } else {
-            st.state
-        };
+        let applied_records = meta.applied_records;
+        // Totals over the target's life, both: applied as stored; received = applied when
+        // the worker started + applied since from before the intake opened the log + what
+        // the intake received since.
+        let received_records =
+            base.get(t).copied().unwrap_or(applied_records) + before_start + st.records;
+        let state = fault.as_ref().map_or(st.state, |f| f.state());
         rows.insert(
             t.to_string(),
             json!({
@@ -521,13 +535,14 @@ fn tablet_rows(s: &ApplierState) -> BTreeMap<String, Value> {
                 "received_safe_time": ht(HybridTime(st.safe_time)),
                 "state": state,
                 "lag_bytes": st.received_pos.saturating_sub(applied),
-                "lag_records": st.records.saturating_sub(applied_this_run),
-                "received_records": st.records,
+                "lag_records": received_records.saturating_sub(applied_records),
+                "received_records": received_records,
                 "applied_records": applied_records,
-                "received_bytes": st.bytes,
+                // Received logs start at position 0: their end is every byte received.
+                "received_bytes": st.received_pos,
                 "shipper": st.shipper,
                 "last_frame_ms_ago": st.last_frame_ms_ago,
-                "error": apply_error.or(st.error),
+                "error": fault.map(|f| f.to_string()).or(st.error),
             }),
         );
     }
@@ -538,22 +553,43 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     let s2 = s.clone();
     let rows = blocking(move || tablet_rows(&s2)).await?;
     let rcvbuf = s.intake.udp_receive_buffer();
-    let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
+    // While the store is being reopened (after a full disk) status still answers: the
+    // role from the safe time's state, no cutover details.
+    let role = match s.store.role() {
+        Ok(r) => r,
+        Err(e) if e.is_retryable() && s.consistency.cut().is_some() => {
+            tidelog_applier::store::Role::Primary
+        }
+        Err(e) if e.is_retryable() => tidelog_applier::store::Role::Standby,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let role = match role {
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
     };
     let safe = s.consistency.safe_time();
-    let cutover = match s
-        .store
-        .cutover()
-        .map_err(|e| ApiError::internal(&e.into()))?
-    {
+    let cutover = match s.store.cutover() {
+        Ok(c) => c,
+        Err(e) if e.is_retryable() => None,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let cutover = match cutover {
         None => Value::Null,
         Some(c) => {
-            let g = s.cleanup.lock().unwrap_or_else(|p| p.into_inner());
-            let removed = g
+            // The running clean-up's count, else the total its runs persisted.
+            let running = s
+                .cleanup
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .as_ref()
-                .map_or(0, |c| c.progress.removed.load(Ordering::Relaxed));
+                .map(|c| c.progress.removed.load(Ordering::Relaxed));
+            let removed = match running {
+                Some(n) => n,
+                None => s
+                    .store
+                    .cutover_removed()
+                    .map_err(|e| ApiError::internal(&e.into()))?,
+            };
             json!({
                 "cut_ht": ht(c.cut),
                 "cut_time": rfc3339_us(c.cut_time_us),
@@ -565,6 +601,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     Ok(Json(json!({
         "role": role,
         "cutover": cutover,
+        "store": store_json(&s.store),
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -588,6 +625,24 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "admin_waiters": {"waiting": s.waiters.waiting(), "max": s.waiters.max()},
         "tablets": rows,
     })))
+}
+
+/// The store: where it lives, whether it takes writes (`ok`, `disk_full` naming the path,
+/// `unavailable` while it is reopened after another failed write) and how often it was
+/// reopened since start.
+fn store_json(store: &Store) -> Value {
+    let fault = store.fault();
+    let state = match &fault {
+        None => "ok",
+        Some(e) if e.disk_full().is_some() => "disk_full",
+        Some(_) => "unavailable",
+    };
+    json!({
+        "path": store.path().display().to_string(),
+        "state": state,
+        "error": fault.map(|e| e.to_string()),
+        "reopened": store.generation(),
+    })
 }
 
 /// `apply-nice` and whether the threads got it: `set` and `refused` count the apply and
@@ -709,10 +764,9 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         return Err(ApiError::unavailable(
             "safe_time_uninitialized",
             format!(
-                "safe time is not initialized: {}",
-                report
-                    .uninitialized_reason
-                    .unwrap_or_else(|| "no tablet has reported yet".into())
+                "safe time is not initialized: {}{}",
+                uninitialized_reason(s, &report),
+                store_fault(s)
             ),
         ));
     };
@@ -727,21 +781,85 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
     let lag = std::time::Duration::from_micros(now_micros().saturating_sub(safe.physical_micros()));
     // A promoted target's safe time is its cut, final: never stale.
     if lag > s.max_staleness && s.consistency.cut().is_none() {
-        let laggiest = report
-            .laggiest
-            .map_or_else(|| "?".to_string(), |t| t.to_string());
+        let laggiest = match &report.laggiest {
+            None => "?".to_string(),
+            Some(t) => match tablet_stopped(s, t) {
+                Some(why) => format!("{t}, {why}"),
+                None => t.to_string(),
+            },
+        };
         return Err(ApiError::unavailable(
             "stale_safe_time",
             format!(
-                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}",
+                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}{}",
                 humantime::format_duration(
                     std::time::Duration::from_millis(lag.as_millis() as u64)
                 ),
-                humantime::format_duration(s.max_staleness)
+                humantime::format_duration(s.max_staleness),
+                store_fault(s)
             ),
         ));
     }
     Ok(Some(safe))
+}
+
+/// `; the store takes no writes: <why>` while it does not (a full disk names the path),
+/// else nothing: what holds every tablet's apply stage and the safe time.
+fn store_fault(s: &ApplierState) -> String {
+    match s.store.fault() {
+        Some(e) => format!("; the store takes no writes until it is reopened: {e}"),
+        None => String::new(),
+    }
+}
+
+/// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
+/// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
+/// …`), waits for space (`disk_full`), or its intake refuses frames beyond the clock
+/// (`clock_skew`) or cannot write its received log. `None` for a tablet that is only
+/// behind or idle.
+pub(crate) fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
+    if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
+        let how = if f.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
+        return Some(format!("{how} ({}): {f}", f.state()));
+    }
+    let ti = s.intake.tablet(t)?;
+    let why = ti.status().error.unwrap_or_default();
+    match ti.state() {
+        // Its received log cannot be written: nothing new reaches its apply stage.
+        TabletState::DiskFull => Some(format!(
+            "waits (disk_full): its intake waits for space: {why}"
+        )),
+        TabletState::Failed => Some(format!("stopped (failed): its intake stopped: {why}")),
+        _ => ti
+            .clock_skew()
+            .map(|skew| format!("refusing its frames (clock_skew): {skew}")),
+    }
+}
+
+/// Why the safe time is not initialized: a tablet that has not reported because it
+/// stopped before its first record was applied is named with its fault (a stopped tablet
+/// is preferred to one that is only waiting for its first record), else the core's reason.
+pub(crate) fn uninitialized_reason(
+    s: &ApplierState,
+    r: &tidelog_applier::consistency::SafeTimeReport,
+) -> String {
+    let unreported = r
+        .tablets
+        .iter()
+        .filter(|(_, h)| **h == HybridTime::MIN)
+        .map(|(t, _)| t);
+    for t in unreported.chain(r.laggiest.as_ref()) {
+        if let Some(why) = tablet_stopped(s, t) {
+            return format!("tablet {t} has no record applied: it {why}");
+        }
+    }
+    r.uninitialized_reason
+        .clone()
+        .unwrap_or_else(|| "no tablet has reported yet".into())
 }
 
 fn latest_ht(s: &ApplierState) -> HybridTime {
@@ -887,12 +1005,18 @@ fn safe_time_report(s: &ApplierState) -> Json<Value> {
         (Some(lo), Some(hi)) => (hi.physical_micros().saturating_sub(lo.physical_micros())) / 1000,
         _ => 0,
     };
+    // Why the safe time does not move: not initialized, or held by a stopped tablet.
+    let reason = match (&r.safe_time, &r.laggiest) {
+        (None, _) => Some(uninitialized_reason(s, &r)),
+        (Some(_), Some(t)) => tablet_stopped(s, t).map(|why| format!("tablet {t} holds it: {why}")),
+        (Some(_), None) => None,
+    };
     Json(json!({
         "initialized": r.safe_time.is_some(),
         "safe_time": r.safe_time.map(ht),
         "lag_ms": r.safe_time.map(lag_ms),
         "laggiest_tablet": r.laggiest.map(|t| t.to_string()),
-        "reason": r.uninitialized_reason,
+        "reason": reason,
         "skew_ms": skew_ms,
         "pending_txns": r.pending_txns,
         "tablets": tablets,
@@ -1155,7 +1279,10 @@ async fn binlog(
         let Some(upto) = safe else {
             return Ok((Vec::new(), false));
         };
-        let bl = s2.store.binlog();
+        let bl = s2
+            .store
+            .binlog()
+            .map_err(|e| ApiError::internal(&e.into()))?;
         let start = match from {
             None => None,
             Some(g) => {
@@ -1266,7 +1393,7 @@ async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError>
                 "safe_time_uninitialized",
                 format!(
                     "cannot promote: safe time is not initialized ({}), so there is no clean cut",
-                    r.uninitialized_reason.unwrap_or_default()
+                    uninitialized_reason(&s2, &r)
                 ),
             ));
         }

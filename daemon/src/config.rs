@@ -46,6 +46,11 @@ pub struct ApplierConfig {
     /// Consistent reads fail once safe time lags the wall clock by more. Default `15m`.
     #[serde(deserialize_with = "de_duration")]
     pub max_staleness: Duration,
+    /// A shipped frame whose safe time or record ht is further ahead of this host's clock
+    /// is refused (its tablet shows `clock_skew`; nothing of it is written, the safe time
+    /// does not move; taken once within the bound). Default `500ms`.
+    #[serde(deserialize_with = "de_duration")]
+    pub max_clock_skew: Duration,
     /// How long binlog entries (and so `trx_status` answers) are kept; > 0. Default `1d`.
     #[serde(deserialize_with = "de_duration")]
     pub binlog_retention: Duration,
@@ -426,6 +431,7 @@ impl Default for ApplierConfig {
             admin_socket: PathBuf::from("/run/tidelog/applier.sock"),
             sync: SyncPolicy::Batch,
             max_staleness: Duration::from_secs(15 * 60),
+            max_clock_skew: tidelog_applier::intake::DEFAULT_MAX_CLOCK_SKEW,
             binlog_retention: Duration::from_secs(24 * 3600),
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
@@ -968,6 +974,7 @@ data-dir = "/d"
 admin-socket = "/s.sock"
 sync = "always"
 max-staleness = "90s"
+max-clock-skew = "2s"
 binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
@@ -996,6 +1003,7 @@ time-threshold = 2
         assert_eq!(c.data_dir, PathBuf::from("/d"));
         assert_eq!(c.sync, SyncPolicy::Always);
         assert_eq!(c.max_staleness, Duration::from_secs(90));
+        assert_eq!(c.max_clock_skew, Duration::from_secs(2));
         assert_eq!(c.binlog_retention, Duration::from_secs(7 * 86400));
         assert_eq!(c.expect_tablets.len(), 2);
         assert_eq!(c.expect_tablets[1].as_str(), "t-2");

@@ -16,6 +16,7 @@ pub mod load;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
+pub mod panic_hook;
 pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;

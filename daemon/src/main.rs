@@ -201,6 +201,9 @@ fn main() -> ExitCode {
         eprintln!("error: {}", error_text(&e));
         return ExitCode::from(2);
     }
+    if matches!(cli.command, Command::Apply(_) | Command::Ship(_)) {
+        tidelog::panic_hook::install();
+    }
     if let Err(e) = tidelog::memory::set_up() {
         tracing::warn!("cannot turn transparent huge pages off for this process: {e}");
     }

@@ -18,7 +18,7 @@ use tidelog_applier::trx::TrxState;
 use tidelog_shipper::Shipper;
 use tidelog_wal::HybridTime;
 
-use crate::applier_daemon::{ApplierState, APPLY_FAILED};
+use crate::applier_daemon::ApplierState;
 
 /// A metric family's type.
 #[derive(Clone, Copy, Debug)]
@@ -159,6 +159,20 @@ struct ApplierRow {
     safe_time: HybridTime,
 }
 
+/// Every state an applier's tablet can show (`tidelog_applier_tablet_state`): its intake's
+/// and its apply stage's, each once (both have a `disk_full`).
+pub fn applier_tablet_states() -> Vec<&'static str> {
+    let mut states: Vec<&str> = tidelog_applier::intake::TabletState::ALL
+        .map(|st| st.name())
+        .to_vec();
+    for st in tidelog_applier::error::APPLY_STATES {
+        if !states.contains(&st) {
+            states.push(st);
+        }
+    }
+    states
+}
+
 /// The applier's metrics. Blocking (locks, one store read): call it off the runtime.
 pub fn applier(s: &ApplierState) -> String {
     let mut latency = HistogramSnapshot::empty();
@@ -178,10 +192,10 @@ pub fn applier(s: &ApplierState) -> String {
                     latency.merge(&w.batch_latency());
                     applied_age.merge(&w.applied_age());
                 }
-                let failed = w.is_some_and(|w| w.error().is_some());
+                let fault = w.and_then(|w| w.fault());
                 ApplierRow {
                     tablet: ti.tablet.to_string(),
-                    state: if failed { APPLY_FAILED } else { st.state },
+                    state: fault.map_or(st.state, |f| f.state()),
                     received_pos: st.received_pos,
                     received_bytes: st.bytes,
                     received_records: st.records,
@@ -401,12 +415,9 @@ pub fn applier(s: &ApplierState) -> String {
         Kind::Gauge,
         "1 for the tablet's current intake/apply state, 0 for the others (every state is exported, so series do not come and go).",
     );
-    let applier_states = tidelog_applier::intake::TabletState::ALL
-        .map(|st| st.name())
-        .into_iter()
-        .chain([APPLY_FAILED]);
+    let applier_states = applier_tablet_states();
     for r in &rows {
-        for state in applier_states.clone() {
+        for &state in &applier_states {
             m.sample(
                 "tidelog_applier_tablet_state",
                 &[("tablet", &r.tablet), ("state", state)],

@@ -60,7 +60,8 @@ fn now_micros() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// The applier's `STATUS=` line: safe-time lag, laggiest tablet, tablets streaming.
+/// The applier's `STATUS=` line: safe-time lag, laggiest tablet, tablets streaming and
+/// stopped (a record they cannot apply, frames beyond the clock).
 pub fn applier_status(s: &ApplierState) -> String {
     let report = s.consistency.report();
     let tablets = s.intake.tablets();
@@ -68,8 +69,17 @@ pub fn applier_status(s: &ApplierState) -> String {
         .iter()
         .filter(|t| t.status().state == "streaming")
         .count();
+    let stopped = tablets
+        .iter()
+        .filter(|t| crate::applier_daemon::tablet_stopped(s, &t.tablet).is_some())
+        .count();
+    let stopped = if stopped > 0 {
+        format!(", {stopped} stopped")
+    } else {
+        String::new()
+    };
     let counts = format!(
-        "{} tablets ({streaming} streaming), {} pending txns",
+        "{} tablets ({streaming} streaming{stopped}), {} pending txns",
         tablets.len(),
         report.pending_txns
     );
@@ -86,9 +96,7 @@ pub fn applier_status(s: &ApplierState) -> String {
         }
         None => format!(
             "safe time uninitialized: {}; {counts}",
-            report
-                .uninitialized_reason
-                .unwrap_or_else(|| "no tablet yet".into())
+            crate::applier_daemon::uninitialized_reason(s, &report)
         ),
     }
 }

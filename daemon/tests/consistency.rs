@@ -5,20 +5,10 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// Hybrid time `ago` before now.
-fn ht_ago(ago: Duration) -> u64 {
-    let us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
-        - ago.as_micros() as u64;
-    us << 12
-}
 
 fn append(wal: &std::path::Path, lines: &[String]) {
     wal_append(wal, lines);

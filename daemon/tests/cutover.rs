@@ -289,11 +289,10 @@ fn promote_under_load_with_a_lagging_tablet() {
     assert_eq!(target_state(&c, "latest"), want);
 }
 
-#[test]
-fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
-    let tmp = tempfile::tempdir().unwrap();
-    let c = cluster(tmp.path());
-    let t0 = now_ht();
+/// Five commits (`write`s with a trx id and a gtid) per tablet as JSON lines: key
+/// `k{i}-{k}` = `k` at ht `t0 + k·10 + i` on tablet `t{i}`. The safe time once all are in
+/// is t0's last, `t0 + 40`; t1..t3 each have one commit above it.
+fn five_commits_per_tablet(t0: u64) -> String {
     let mut lines = Vec::new();
     for i in 0..TABLETS as u64 {
         for k in 0..5u64 {
@@ -306,7 +305,15 @@ fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
             ));
         }
     }
-    append(&c.wal, &lines.join("\n"));
+    lines.join("\n")
+}
+
+#[test]
+fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cluster(tmp.path());
+    let t0 = now_ht();
+    append(&c.wal, &five_commits_per_tablet(t0));
     let mut applier = Daemon::start_env(
         "apply",
         &c.applier_cfg,
@@ -352,4 +359,87 @@ fn a_crash_in_the_middle_of_promotion_is_finished_on_restart() {
     assert_eq!(again, rep);
     let state = target_state(&c, "consistent");
     assert_eq!(state.len(), TABLETS * 5 - 3);
+}
+
+/// Status keeps its totals across restarts: `received_records` and `applied_records` both
+/// count over the target's life (the first used to restart from 0), and a promoted applier
+/// that restarts shows each tablet's final apply position and safe time (not 0, with the
+/// whole log as lag) and the clean-up's persisted count of removed versions (not 0).
+#[test]
+fn status_totals_and_a_promoted_applier_survive_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let c = cluster(tmp.path());
+    let t0 = now_ht();
+    append(&c.wal, &five_commits_per_tablet(t0));
+    let mut applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    let visible = || {
+        wait_for("everything visible", Duration::from_secs(60), || {
+            safe_report(&c).is_some_and(|v| {
+                v["safe_time"]
+                    .as_str()
+                    .is_some_and(|h| h.parse::<u64>().unwrap() >= t0 + 40)
+            })
+        })
+    };
+    let status = || api(&c.applier_sock, "GET", "/v1/status").unwrap().1;
+    visible();
+    let before = status();
+    // A restarted replica: the same totals.
+    assert!(applier.terminate(Duration::from_secs(30)), "clean stop");
+    applier = c.start_applier();
+    visible();
+    let after = status();
+    for i in 0..TABLETS {
+        let (b, a) = (
+            &before["tablets"][format!("t{i}")],
+            &after["tablets"][format!("t{i}")],
+        );
+        for k in ["received_records", "applied_records"] {
+            assert_eq!(a[k], 5, "t{i} {k} after a restart: {a}");
+            assert_eq!(b[k], 5, "t{i} {k}: {b}");
+        }
+        assert_eq!(a["lag_records"], 0, "{a}");
+        assert_eq!(a["received_bytes"], a["received_pos"], "{a}");
+        assert_eq!(a["received_pos"], b["received_pos"], "{a}");
+    }
+    shipper.kill9();
+    let (st, rep) = api(&c.applier_sock, "POST", "/v1/promote").unwrap();
+    assert_eq!(st, 200, "{rep}");
+    wait_for("the clean-up done", Duration::from_secs(60), || {
+        status()["cutover"]["cleanup_done"] == true
+    });
+    let promoted = status();
+    // The cut is t0's last write; t1..t3 each wrote one version above it.
+    assert_eq!(promoted["cutover"]["removed_versions"], 3, "{promoted}");
+    assert!(applier.terminate(Duration::from_secs(30)), "clean stop");
+    let _applier = c.start_applier();
+    wait_for(
+        "the restarted applier answers",
+        Duration::from_secs(30),
+        || api(&c.applier_sock, "GET", "/v1/status").is_some(),
+    );
+    let restarted = status();
+    assert_eq!(restarted["role"], "primary", "{restarted}");
+    assert_eq!(restarted["safe_time"], rep["cut_ht"], "{restarted}");
+    assert_eq!(restarted["cutover"]["removed_versions"], 3, "{restarted}");
+    for i in 0..TABLETS {
+        let t = format!("t{i}");
+        let (p, r) = (&promoted["tablets"][&t], &restarted["tablets"][&t]);
+        for k in [
+            "applied_pos",
+            "safe_time",
+            "received_pos",
+            "lag_bytes",
+            "applied_records",
+        ] {
+            assert_eq!(
+                r[k], p[k],
+                "{t} {k} after restarting the promoted applier: {r}"
+            );
+        }
+        assert_ne!(r["applied_pos"], 0, "{r}");
+        assert_eq!(r["lag_bytes"], 0, "{r}");
+        assert_eq!(r["safe_time"], rep["tablets"][&t]["safe_time"], "{r}");
+    }
 }

@@ -3,6 +3,9 @@
 //! when dropped, the admin API through `tidelog::ctl::call`, and deadline waits.
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[path = "../../../applier/tests/common/tmpfs.rs"]
+pub mod tmpfs;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,6 +126,16 @@ impl Cluster {
         )
         .unwrap();
         c
+    }
+
+    /// Moves the applier's `data-dir` to `to` (e.g. a small tmpfs) in its config.
+    pub fn move_data_dir(&mut self, to: &Path) {
+        let cfg = std::fs::read_to_string(&self.applier_cfg).unwrap();
+        let old = format!("data-dir = \"{}\"", self.data.display());
+        assert!(cfg.contains(&old), "{cfg}");
+        let cfg = cfg.replace(&old, &format!("data-dir = \"{}\"", to.display()));
+        std::fs::write(&self.applier_cfg, cfg).unwrap();
+        self.data = to.to_path_buf();
     }
 
     pub fn start_applier(&self) -> Daemon {
@@ -302,6 +315,11 @@ pub fn scan_items(v: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Hybrid time `ago` before now (physical microseconds, logical 0).
+pub fn ht_ago(ago: Duration) -> u64 {
+    tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now() - ago).0
+}
+
 /// The hybrid time of now (physical microseconds, logical 0).
 pub fn now_ht() -> u64 {
     tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now()).0
@@ -310,10 +328,20 @@ pub fn now_ht() -> u64 {
 /// Appends `n` write records (`<tablet>/k<i>` = `value(i)`) to `tablet` in `wal` with the
 /// library writer, hybrid times from the wall clock, and syncs them.
 pub fn write_records(wal: &Path, tablet: &str, n: usize, value: impl Fn(usize) -> Vec<u8>) {
+    write_record_range(wal, tablet, 0..n, value);
+}
+
+/// Like [`write_records`], for records (and keys) `range`.
+pub fn write_record_range(
+    wal: &Path,
+    tablet: &str,
+    range: std::ops::Range<usize>,
+    value: impl Fn(usize) -> Vec<u8>,
+) {
     use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
-    for i in 0..n {
+    for i in range {
         let now = HybridTime::from_system_time(std::time::SystemTime::now());
         let ht = match w.last_ht() {
             Some(last) if last >= now => last.next(),

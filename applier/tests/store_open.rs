@@ -1,0 +1,60 @@
+//! Opening a damaged store fails with an error that names the store's directory, the
+//! files concerned and what fjall found.
+#![allow(clippy::unwrap_used)]
+
+use tidelog_applier::error::Error;
+use tidelog_applier::store::{Durability, Store};
+use tidelog_wal::format::RECORD_HEADER_LEN;
+use tidelog_wal::{Body, HybridTime, Op, Record, TabletId, WalPos};
+
+/// A byte flipped inside a write batch in fjall's journal: fjall says only
+/// `JournalRecovery(ChecksumMismatch)`; the error names the store, the journal file and the
+/// reason in words.
+#[test]
+fn a_damaged_journal_is_named_with_the_store_and_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = Store::open(dir.path()).unwrap();
+        let t: TabletId = "t1".parse().unwrap();
+        let mut pos = WalPos(0);
+        for i in 0..20u64 {
+            let r = Record::new(
+                HybridTime(100 + i),
+                Body::Write {
+                    ops: vec![Op::put(format!("k{i}"), vec![b'x'; 1000])],
+                    trx_id: None,
+                    gtid: None,
+                },
+            );
+            let end = pos.add((RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64);
+            s.apply(&t, &[(pos, r)], end, Durability::Buffered).unwrap();
+            pos = end;
+        }
+        s.persist().unwrap();
+    }
+    let store = dir.path().join("store");
+    let journal = store.join("0.jnl");
+    let mut bytes = std::fs::read(&journal).unwrap();
+    // Inside a value (a run of `x`), so the batch's length fields stay intact.
+    let at = bytes
+        .windows(100)
+        .position(|w| w.iter().all(|&b| b == b'x'))
+        .unwrap()
+        + 50;
+    bytes[at] ^= 0x55;
+    std::fs::write(&journal, &bytes).unwrap();
+    let e = Store::open(dir.path()).err().unwrap();
+    let msg = e.to_string();
+    assert!(
+        matches!(&e, Error::Open { path, .. } if *path == store),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("opening the store at {}", store.display()))
+            && msg.contains("journal does not recover")
+            && msg.contains("checksum does not match")
+            && msg.contains(&journal.display().to_string())
+            && msg.contains("ChecksumMismatch"),
+        "{msg}"
+    );
+}
