@@ -17,6 +17,8 @@ pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod panic_hook;
+pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
+pub mod small_file;
