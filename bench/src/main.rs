@@ -6,6 +6,7 @@
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
+//! tidelog-bench faults [--seed N] [--duration 180s] [--tablets 8] [--rate 2000] [--impair SPEC]
 //! tidelog-bench cutover [--sizes 10k,1M,10M] [--json FILE]
 //! tidelog-bench trx-status [--commits 10000000] [--data-dir D] [--no-pg] [--json FILE]
 //! ```
@@ -17,6 +18,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cutover;
 mod e2e;
+mod faults;
 mod http1;
 mod load_cmd;
 mod pgwire;
@@ -45,6 +47,10 @@ enum Cmd {
     Ship(ship::ShipArgs),
     /// Source load → tidelog ship → tidelog apply: txn/s, apply rate and safe-time lag.
     E2e(e2e::E2eArgs),
+    /// Seeded fault run: bank load through the impairment proxy while the daemons are
+    /// SIGKILLed, the link partitioned and the applier's disk filled; checks exactly once,
+    /// the bank total at every consistent read and recovery without a restart.
+    Faults(faults::FaultsArgs),
     /// Promotion time with 10 k / 1 M / 10 M versions above the cut, and clean-up rate.
     Cutover(cutover::CutoverArgs),
     /// trx_status look-ups on a binlog of millions of commits: library, admin API, and
@@ -70,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Cmd::Load(args) => load_cmd::run(args),
         Cmd::Ship(args) => ship::run(&args),
         Cmd::E2e(args) => e2e::run(&args),
+        Cmd::Faults(args) => faults::run(&args),
         Cmd::Cutover(args) => cutover::run(&args),
         Cmd::TrxStatus(args) => trx_bench::run(&args),
         Cmd::Applier(args) => ship::run_applier(&args),

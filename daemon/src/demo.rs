@@ -54,7 +54,8 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `exe what --config config` with stderr to `log` and `RUST_LOG=rust_log`.
+    /// Starts `exe what --config config` with stderr appended to `log` and
+    /// `RUST_LOG=rust_log`.
     pub fn spawn(
         exe: &Path,
         what: &'static str,
@@ -62,8 +63,12 @@ impl Daemon {
         log: &Path,
         rust_log: &str,
     ) -> Result<Daemon> {
-        let f =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+        // Appended: a daemon restarted with the same config goes on in the same log.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
         let mut cmd = Command::new(exe);
         cmd.arg(what)
             .arg("--config")
@@ -129,6 +134,14 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL, and reaps it (a crash, as far as the daemon can tell).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Polls `ready` every 20 ms until it holds; an error if the child exits first or
     /// `timeout` passes (`what` names the condition).
     pub fn wait_until(
@@ -167,10 +180,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.kill();
     }
 }
 
@@ -238,13 +248,25 @@ impl LocalCluster {
     }
 }
 
-struct Api {
+/// A blocking client of an admin socket (one request at a time, on a runtime of its own).
+pub(crate) struct Api {
     rt: tokio::runtime::Runtime,
     socket: PathBuf,
 }
 
 impl Api {
-    fn get(&self, path: &str) -> Result<(u16, Value)> {
+    pub(crate) fn new(socket: &Path) -> Result<Api> {
+        Ok(Api {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            socket: socket.to_path_buf(),
+        })
+    }
+
+    /// `GET path`: the status and the JSON body (`null` when not JSON); an error when the
+    /// daemon does not answer within 10 s.
+    pub(crate) fn get(&self, path: &str) -> Result<(u16, Value)> {
         let a = self.rt.block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(10),
@@ -259,23 +281,31 @@ impl Api {
     }
 }
 
+/// The consistent read of every bank balance (`GET /v1/scan?prefix=acct/`).
+pub(crate) const BANK_SCAN: &str = "/v1/scan?prefix=acct/&limit=100000";
+
 /// Sums the bank at the safe time; `None` when no consistent read can be served yet.
 fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
-    let (st, v) = api.get("/v1/scan?prefix=acct/&limit=100000")?;
+    let (st, v) = api.get(BANK_SCAN)?;
     if st != 200 {
         return Ok(None);
     }
+    bank_sum(&v).map(Some)
+}
+
+/// The bank total, the number of accounts and the `read_ht` of a [`BANK_SCAN`] answer.
+pub(crate) fn bank_sum(v: &Value) -> Result<(u64, usize, String)> {
     let items = v["items"].as_array().cloned().unwrap_or_default();
     let mut total = 0u64;
     for i in &items {
         let s = i["value"].as_str().context("balance is not a string")?;
         total += s.parse::<u64>().with_context(|| format!("balance {s:?}"))?;
     }
-    Ok(Some((
+    Ok((
         total,
         items.len(),
         v["read_ht"].as_str().unwrap_or("").to_string(),
-    )))
+    ))
 }
 
 /// How long a daemon of the demo gets to stop after SIGTERM.
@@ -528,12 +558,7 @@ fn drive(
     asock: &Path,
     wal: &Path,
 ) -> Result<()> {
-    let api = Api {
-        rt: tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?,
-        socket: asock.to_path_buf(),
-    };
+    let api = Api::new(asock)?;
     applier.wait_until(
         &format!("the applier answering on {}", asock.display()),
         Duration::from_secs(30),
