@@ -57,6 +57,9 @@ pub struct IntakeOptions {
     /// cache again once the catch-up is over (`Writer::set_direct_io`). A live stream's
     /// small frames keep the page cache, where apply reads them back at once.
     pub direct_io_in_catch_up: bool,
+    /// The file the CA of the TLS material came from, named when a shipper's certificate
+    /// is refused (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl IntakeOptions {
@@ -71,6 +74,7 @@ impl IntakeOptions {
             queue_frames: 64,
             direct_io: false,
             direct_io_in_catch_up: false,
+            ca_file: None,
         }
     }
 }
@@ -605,7 +609,25 @@ impl Intake {
                         lock(&shared.conns).remove(&id);
                         shared.release(id);
                     }
-                    Err(e) => tracing::warn!(%remote, "shipper handshake failed: {e}"),
+                    Err(e) => {
+                        let why = e.to_string();
+                        let ca = shared
+                            .opts
+                            .ca_file
+                            .as_ref()
+                            .map_or("the configured CA".to_string(), |p| p.display().to_string());
+                        match tidelog_wal::wire::CertRefusal::of(&why) {
+                            Some(tidelog_wal::wire::CertRefusal::OtherCa) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
+                            ),
+                            Some(_) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not acceptable ({why})"
+                            ),
+                            None => tracing::warn!(%remote, "shipper handshake failed: {why}"),
+                        }
+                    }
                 }
             });
         }

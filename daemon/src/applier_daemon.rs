@@ -308,6 +308,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
+    opts.ca_file = Some(cfg.tls.ca.clone());
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;

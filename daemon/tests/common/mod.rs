@@ -11,6 +11,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod prom;
+
+/// Set (by `.ci/run`) to make the checks by external tools (promtool, systemd-analyze)
+/// mandatory; without it a test whose tool is missing skips that check with a note.
+pub const REQUIRE_TOOLS: &str = "TIDELOG_REQUIRE_TEST_TOOLS";
+
+/// `name` found on PATH, for the `check` it does. Missing: a printed note and `None`, or a
+/// panic when [`REQUIRE_TOOLS`] is set.
+pub fn tool(name: &str, check: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os(REQUIRE_TOOLS).is_none(),
+            "{name} is missing and {REQUIRE_TOOLS} is set: `bash .ci/run` installs it"
+        );
+        eprintln!(
+            "note: {name} is not on PATH: {check} skipped (`bash .ci/run` installs it and runs it)"
+        );
+    }
+    found
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tidelog")
 }

@@ -1,25 +1,54 @@
-//! `tidelog ctl`: the admin API client (DESIGN §8), HTTP/1.1 over the daemon's Unix socket.
+//! `tidelog ctl`: the admin API client, HTTP/1.1 over the daemon's Unix socket.
 //!
-//! | subcommand | request |
+//! | subcommand | request | daemon |
+//! | --- | --- | --- |
+//! | `status` | `GET /v1/status` (and `/v1/safe-time` for an applier's summary) | both |
+//! | `safe-time` | `GET /v1/safe-time` | applier |
+//! | `get KEY [--latest\|--at HT]` | `GET /v1/kv/{KEY}?mode=consistent\|latest[&at=HT]` | applier |
+//! | `scan PREFIX [--latest\|--at HT] [--limit N]` | `GET /v1/scan?prefix=P&mode=…[&at=HT][&limit=N]` | applier |
+//! | `trx-status TRX [--gtid G] [--wait D]` | `GET /v1/trx/{TRX}[?gtid=G][&wait=D]` | applier |
+//! | `binlog [--from-gtid G] [--limit N]` | `GET /v1/binlog[?from-gtid=G][&limit=N]` | applier |
+//! | `promote --yes` | `POST /v1/promote` | applier |
+//! | `pause [--tablet T]`, `resume [--tablet T]` | `POST /v1/pause[?tablet=T]`, `POST /v1/resume[…]` | both |
+//! | `metrics` | `GET /metrics` | both |
+//!
+//! Path segments and query values are percent-encoded.
+//!
+//! **Output.** Without `--json`, a human rendering ([`render`]): `status` and `safe-time`
+//! give a health-first summary (role, safe time and lag, the laggiest tablet, errors, tablets
+//! by state) and a compact table of the tablets that fits 100 columns; `--wide` shows every
+//! field instead. The other answers list every field, the one they are about first (`state`
+//! for `trx-status`, `found` for `get`). `metrics` prints the Prometheus text as is. With
+//! `--json`, the API's JSON: pretty-printed when stdout is a terminal, one line per answer
+//! otherwise (for `jq` and scripts); `metrics --json` is the exposition parsed into one object
+//! per family ([`metrics_json`]).
+//!
+//! **Exit status** (also with `--json`):
+//!
+//! | code | meaning |
 //! | --- | --- |
-//! | `status` | `GET /v1/status` |
-//! | `safe-time` | `GET /v1/safe-time` |
-//! | `get KEY [--latest\|--at HT]` | `GET /v1/kv/{KEY}?mode=consistent\|latest[&at=HT]` |
-//! | `scan PREFIX [--latest\|--at HT] [--limit N]` | `GET /v1/scan?prefix=P&mode=…[&at=HT][&limit=N]` |
-//! | `trx-status TRX [--gtid G] [--wait D]` | `GET /v1/trx/{TRX}[?gtid=G][&wait=D]` |
-//! | `binlog [--from-gtid G] [--limit N]` | `GET /v1/binlog[?from-gtid=G][&limit=N]` |
-//! | `promote` | `POST /v1/promote` |
-//! | `pause [--tablet T]`, `resume [--tablet T]` | `POST /v1/pause[?tablet=T]`, `POST /v1/resume[…]` |
-//! | `metrics` | `GET /metrics` (printed as is) |
+//! | 0 | success; `get` found the key; `trx-status` `COMMITTED` |
+//! | 1 | error: the daemon answered with an error (printed as `error: <code>: <message>`), could not be reached, or a `promote` confirmation was not given |
+//! | 2 | bad command line; `promote` without `--yes` where no terminal can confirm it |
+//! | 3 | `get`: no such key (`found: false`); `trx-status`: `UNKNOWN` |
+//! | 4 | `trx-status`: `IN_PROGRESS` |
+//! | 5 | `trx-status`: `ABORTED` |
 //!
-//! Path segments and query values are percent-encoded. With `--json` the answer's body is
-//! printed as is (errors too); without it, a human rendering: scalar fields as aligned
-//! `name value` lines (hybrid times also as UTC wall-clock time, a map of scalars as
-//! `key: value, …`, an empty list or map as `(none)`), per-tablet maps and lists of objects
-//! as aligned tables. An error answer (`{"error", "message"}`) fails the command with
-//! `error: <code>: <message>` on stderr and exit status 1.
+//! **Waiting for the socket.** A daemon that has just been started may not have its socket
+//! yet: while the socket is missing or refuses connections, `ctl` tries again for up to about
+//! 3 s (saying so once on stderr) before it fails.
+//!
+//! **The wrong daemon.** An applier command sent to a shipper's socket (or the other way)
+//! says so, e.g. `… is a shipper's admin socket; \`get\` is an applier command`.
+//!
+//! **`promote`** is irreversible: it needs `--yes`, or, when stdin is a terminal, the word
+//! `promote` typed at the prompt.
+
+pub mod metrics_json;
+pub mod render;
 
 use std::fmt::Write as _;
+use std::io::{BufRead, IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,9 +71,12 @@ pub struct CtlArgs {
         default_value = "/run/tidelog/applier.sock"
     )]
     pub socket: PathBuf,
-    /// Print the API's JSON answer as is.
+    /// Print the API's JSON answer (pretty on a terminal, one line otherwise).
     #[arg(long, global = true)]
     pub json: bool,
+    /// Every field of `status` and `safe-time`, not only the summary and compact table.
+    #[arg(long, global = true, conflicts_with = "json")]
+    pub wide: bool,
     /// Give up on an answer after this long (added to `--wait` for `trx-status`).
     #[arg(long, value_name = "DURATION", global = true, default_value = "30s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
@@ -101,8 +133,13 @@ pub enum CtlCommand {
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
-    /// Promote the target to primary at a clean cut (irreversible).
-    Promote,
+    /// Promote the target to primary at a clean cut (irreversible: needs --yes, or the
+    /// word `promote` typed on a terminal).
+    Promote {
+        /// Promote without asking.
+        #[arg(long)]
+        yes: bool,
+    },
     /// Stop shipping (shipper) or intake (applier), for all tablets or one.
     Pause {
         #[arg(long, value_name = "TABLET")]
@@ -113,7 +150,7 @@ pub enum CtlCommand {
         #[arg(long, value_name = "TABLET")]
         tablet: Option<String>,
     },
-    /// Prometheus metrics, as is.
+    /// Prometheus metrics, as is (with --json: parsed, one object per family).
     Metrics,
 }
 
@@ -187,7 +224,7 @@ impl CtlCommand {
                 }
                 (Method::GET, "/v1/binlog".to_string())
             }
-            CtlCommand::Promote => (Method::POST, "/v1/promote".to_string()),
+            CtlCommand::Promote { .. } => (Method::POST, "/v1/promote".to_string()),
             CtlCommand::Pause { tablet } | CtlCommand::Resume { tablet } => {
                 if let Some(t) = tablet {
                     q.push("tablet", t);
@@ -307,13 +344,27 @@ pub async fn call(socket: &Path, method: Method, path_and_query: &str) -> Result
     Ok(Answer { status, body })
 }
 
-/// Connection attempts `trx-status` makes, with backoff from 100 ms doubling (about 6 s in
-/// all), while the admin socket is missing or refuses connections.
+/// Exit status: success, `get` found, `trx-status` `COMMITTED`.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: an error (also an error answer of the daemon).
+pub const EXIT_ERROR: u8 = 1;
+/// Exit status: a bad command line (clap's), and `promote` without `--yes` off a terminal.
+pub const EXIT_USAGE: u8 = 2;
+/// Exit status: `get` found no such key; `trx-status` `UNKNOWN`.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit status: `trx-status` `IN_PROGRESS`.
+pub const EXIT_IN_PROGRESS: u8 = 4;
+/// Exit status: `trx-status` `ABORTED`.
+pub const EXIT_ABORTED: u8 = 5;
+
+/// Connection attempts made while the admin socket is missing or refuses connections, with
+/// backoff from 100 ms doubling (about 3 s in all): a daemon that was just started binds it
+/// within that.
 const SOCKET_RETRIES: u32 = 6;
 
 /// Retries connecting to `socket` with capped exponential backoff while it is missing or
-/// refusing; returns as soon as a connection succeeds or the attempts are used up (the
-/// caller's own call then reports the error).
+/// refusing (saying so once on stderr); returns as soon as a connection succeeds or the
+/// attempts are used up (the caller's own call then reports the error).
 async fn wait_for_socket(socket: &Path, attempts: u32) {
     let mut delay = Duration::from_millis(100);
     for i in 0..attempts {
@@ -325,11 +376,12 @@ async fn wait_for_socket(socket: &Path, attempts: u32) {
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
                 ) && i + 1 < attempts =>
             {
-                eprintln!(
-                    "admin socket {} not available ({e}); retrying in {} ms",
-                    socket.display(),
-                    delay.as_millis()
-                );
+                if i == 0 {
+                    eprintln!(
+                        "admin socket {} not available yet ({e}); waiting up to 3 s",
+                        socket.display()
+                    );
+                }
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
@@ -338,8 +390,132 @@ async fn wait_for_socket(socket: &Path, attempts: u32) {
     }
 }
 
-/// Runs `tidelog ctl`: prints the answer; an error answer becomes the returned error.
-pub fn run(args: CtlArgs) -> Result<()> {
+/// Which daemon a subcommand is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Daemon {
+    Applier,
+    Shipper,
+}
+
+impl Daemon {
+    fn name(self) -> &'static str {
+        match self {
+            Daemon::Applier => "an applier",
+            Daemon::Shipper => "a shipper",
+        }
+    }
+
+    /// The daemon a `/v1/status` answer comes from.
+    fn of_status(v: &Value) -> Option<Daemon> {
+        if v.get("role").is_some() {
+            Some(Daemon::Applier)
+        } else if v.get("io_engine").is_some() {
+            Some(Daemon::Shipper)
+        } else {
+            None
+        }
+    }
+}
+
+impl CtlCommand {
+    /// The subcommand as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CtlCommand::Status => "status",
+            CtlCommand::SafeTime => "safe-time",
+            CtlCommand::Get { .. } => "get",
+            CtlCommand::Scan { .. } => "scan",
+            CtlCommand::TrxStatus { .. } => "trx-status",
+            CtlCommand::Binlog { .. } => "binlog",
+            CtlCommand::Promote { .. } => "promote",
+            CtlCommand::Pause { .. } => "pause",
+            CtlCommand::Resume { .. } => "resume",
+            CtlCommand::Metrics => "metrics",
+        }
+    }
+
+    /// The one daemon that answers this subcommand (`None`: both do).
+    fn only_for(&self) -> Option<Daemon> {
+        match self {
+            CtlCommand::Status
+            | CtlCommand::Pause { .. }
+            | CtlCommand::Resume { .. }
+            | CtlCommand::Metrics => None,
+            _ => Some(Daemon::Applier),
+        }
+    }
+
+    /// The exit status for a successful answer `v` (see the module doc).
+    pub fn exit_code(&self, v: &Value) -> u8 {
+        match self {
+            CtlCommand::Get { .. } if v["found"] == false => EXIT_NOT_FOUND,
+            CtlCommand::TrxStatus { .. } => match v["state"].as_str() {
+                Some("COMMITTED") => EXIT_OK,
+                Some("IN_PROGRESS") => EXIT_IN_PROGRESS,
+                Some("ABORTED") => EXIT_ABORTED,
+                _ => EXIT_NOT_FOUND,
+            },
+            _ => EXIT_OK,
+        }
+    }
+}
+
+/// A call with the client's deadline.
+async fn call_within(
+    socket: &Path,
+    method: Method,
+    path: &str,
+    timeout: Duration,
+) -> Result<Answer> {
+    tokio::time::timeout(timeout, call(socket, method.clone(), path))
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "no answer to {method} {path} from {} within {}",
+                socket.display(),
+                humantime::format_duration(timeout)
+            )
+        })?
+}
+
+/// `promote` goes ahead: `--yes`, or `promote` typed on a terminal. `Err(code)` otherwise,
+/// after saying why on stderr.
+fn confirm_promote(socket: &Path, yes: bool) -> std::result::Result<(), u8> {
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        eprintln!(
+            "error: promote is irreversible: it stops intake for good and discards everything \
+             above the cut. Add --yes to promote the applier at {} (or run it on a terminal \
+             to confirm by typing)",
+            socket.display()
+        );
+        return Err(EXIT_USAGE);
+    }
+    eprint!(
+        "Promote the applier at {} to primary? Intake stops for good and everything above the \
+         cut is discarded; this cannot be undone.\nType 'promote' to confirm: ",
+        socket.display()
+    );
+    let _ = std::io::stderr().flush();
+    let mut line = String::new();
+    if stdin.lock().read_line(&mut line).is_err() || line.trim() != "promote" {
+        eprintln!("not promoted");
+        return Err(EXIT_ERROR);
+    }
+    Ok(())
+}
+
+/// Runs `tidelog ctl`: prints the answer and returns the exit status (module doc); an
+/// error answer is printed as `error: <code>: <message>` and gives 1.
+pub fn run(args: CtlArgs) -> Result<u8> {
+    if let CtlCommand::Promote { yes } = args.command {
+        if let Err(code) = confirm_promote(&args.socket, yes) {
+            return Ok(code);
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -349,222 +525,116 @@ pub fn run(args: CtlArgs) -> Result<()> {
     if let CtlCommand::TrxStatus { wait: Some(w), .. } = &args.command {
         timeout = timeout.saturating_add(wait_allowance(w));
     }
-    if matches!(args.command, CtlCommand::TrxStatus { .. }) {
-        // Typically asked while the daemon restarts: give its socket a few seconds.
-        rt.block_on(wait_for_socket(&args.socket, SOCKET_RETRIES));
-    }
+    let socket = &args.socket;
     let answer = rt.block_on(async {
-        tokio::time::timeout(timeout, call(&args.socket, method.clone(), &path))
-            .await
-            .map_err(|_| {
-                anyhow!(
-                    "no answer to {method} {path} from {} within {}",
-                    args.socket.display(),
-                    humantime::format_duration(timeout)
-                )
-            })?
+        wait_for_socket(socket, SOCKET_RETRIES).await;
+        call_within(socket, method.clone(), &path, timeout).await
     })?;
-    let out = if args.json || matches!(args.command, CtlCommand::Metrics) {
-        let mut s = String::from_utf8_lossy(&answer.body).into_owned();
-        if !s.ends_with('\n') {
-            s.push('\n');
+    if answer.status == StatusCode::NOT_FOUND {
+        if let Some(wrong) = rt.block_on(wrong_daemon(socket, &args.command, timeout)) {
+            bail!("{wrong}");
         }
-        s
+    }
+    let is_tty = std::io::stdout().is_terminal();
+    let out = if matches!(args.command, CtlCommand::Metrics) && answer.status.is_success() {
+        let text = String::from_utf8_lossy(&answer.body);
+        if args.json {
+            let v = metrics_json::to_json(&text).context("reading the daemon's Prometheus text")?;
+            json_text(&v, is_tty)
+        } else {
+            let mut s = text.into_owned();
+            if !s.ends_with('\n') {
+                s.push('\n');
+            }
+            s
+        }
+    } else if args.json {
+        match answer.json() {
+            Ok(v) => json_text(&v, is_tty),
+            Err(_) => format!("{}\n", String::from_utf8_lossy(&answer.body).trim_end()),
+        }
     } else if answer.status.is_success() {
-        render(&answer.json()?)
+        let v = answer.json()?;
+        human(&rt, &args, &v, timeout)
     } else {
         String::new()
     };
     if answer.status.is_success() || args.json {
-        use std::io::Write;
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(out.as_bytes())?;
         stdout.flush()?;
     }
     if !answer.status.is_success() {
-        bail!("{}", answer.error_text());
+        eprintln!("error: {}", answer.error_text());
+        return Ok(EXIT_ERROR);
     }
-    Ok(())
+    Ok(match answer.json() {
+        Ok(v) => args.command.exit_code(&v),
+        Err(_) => EXIT_OK,
+    })
 }
 
-/// Preferred column order in tables; other columns follow in name order.
-const COLUMN_ORDER: &[&str] = &[
-    "gtid",
-    "trx_id",
-    "commit_ht",
-    "key",
-    "value",
-    "version_ht",
-    "received_pos",
-    "applied_pos",
-    "durable_pos",
-    "shipped_pos",
-    "acked_pos",
-    "safe_time",
-    "lag_ms",
-    "state",
-];
-
-/// The human form of an answer (see the module doc).
-pub fn render(v: &Value) -> String {
-    let Value::Object(map) = v else {
-        return format!("{}\n", cell(v));
+/// JSON text: pretty on a terminal, one line otherwise.
+fn json_text(v: &Value, pretty: bool) -> String {
+    let s = if pretty {
+        serde_json::to_string_pretty(v)
+    } else {
+        serde_json::to_string(v)
     };
-    if map.len() == 1 && map.get("ok") == Some(&Value::Bool(true)) {
-        return "ok\n".to_string();
+    format!("{}\n", s.unwrap_or_default())
+}
+
+/// The human form of a successful answer `v` to `args.command` (module doc).
+fn human(rt: &tokio::runtime::Runtime, args: &CtlArgs, v: &Value, timeout: Duration) -> String {
+    if args.wide {
+        return render::generic(v);
     }
-    let mut scalars = Vec::new();
-    let mut tables = Vec::new();
-    for (k, val) in map {
-        match val {
-            Value::Object(m) if !m.is_empty() && m.values().all(Value::is_object) => {
-                let rows: Vec<(String, &serde_json::Map<String, Value>)> = m
-                    .iter()
-                    .filter_map(|(id, r)| r.as_object().map(|o| (id.clone(), o)))
-                    .collect();
-                tables.push(table(k, singular(k), &rows));
+    match (&args.command, Daemon::of_status(v)) {
+        (CtlCommand::Status, Some(Daemon::Applier)) => {
+            // The safe time's lag and laggiest tablet as the daemon computes them.
+            let st = rt
+                .block_on(call_within(
+                    &args.socket,
+                    Method::GET,
+                    "/v1/safe-time",
+                    timeout,
+                ))
+                .ok()
+                .filter(|a| a.status.is_success())
+                .and_then(|a| a.json().ok());
+            render::applier_status(v, st.as_ref())
+        }
+        (CtlCommand::Status, Some(Daemon::Shipper)) => render::shipper_status(v),
+        (CtlCommand::SafeTime, _) => render::safe_time(v),
+        _ => render::generic(v),
+    }
+}
+
+/// When `cmd` got a 404 for its route: the explanation if the socket is another kind of
+/// daemon's (e.g. `get` sent to a shipper).
+async fn wrong_daemon(socket: &Path, cmd: &CtlCommand, timeout: Duration) -> Option<String> {
+    let want = cmd.only_for()?;
+    let a = call_within(socket, Method::GET, "/v1/status", timeout)
+        .await
+        .ok()?;
+    let is = Daemon::of_status(&a.json().ok()?)?;
+    (is != want).then(|| {
+        format!(
+            "{} is {}'s admin socket; `{}` is {} command (the {} socket is /run/tidelog/{}.sock by default)",
+            socket.display(),
+            is.name(),
+            cmd.name(),
+            want.name(),
+            match want {
+                Daemon::Applier => "applier's",
+                Daemon::Shipper => "shipper's",
+            },
+            match want {
+                Daemon::Applier => "applier",
+                Daemon::Shipper => "shipper",
             }
-            Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_object) => {
-                let rows: Vec<(String, &serde_json::Map<String, Value>)> = a
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| r.as_object().map(|o| (i.to_string(), o)))
-                    .collect();
-                tables.push(table(k, "#", &rows));
-            }
-            _ => scalars.push((k.as_str(), scalar(k, val))),
-        }
-    }
-    let width = scalars.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    let mut out = String::new();
-    for (k, v) in scalars {
-        let _ = writeln!(out, "{k:width$}  {v}");
-    }
-    for t in tables {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str(&t);
-    }
-    out
-}
-
-fn singular(k: &str) -> &str {
-    match k {
-        "tablets" => "tablet",
-        other => other.strip_suffix('s').unwrap_or(other),
-    }
-}
-
-/// A top-level value on its own line; hybrid times (`*_ht`, `safe_time`) get their
-/// wall-clock time too, an empty list or map reads `(none)` and a map of scalars (e.g. the
-/// applier's `lookup_cache`) reads `name: value, …` (nested the same way).
-fn scalar(name: &str, v: &Value) -> String {
-    match v {
-        Value::Array(a) if a.is_empty() => return "(none)".to_string(),
-        Value::Object(m) if m.is_empty() => return "(none)".to_string(),
-        Value::Object(m) if !is_b64(m) => {
-            return m
-                .iter()
-                .map(|(k, v)| {
-                    let inner = match v {
-                        Value::Object(o) if !o.is_empty() && !is_b64(o) => {
-                            format!("{{{}}}", scalar(k, v))
-                        }
-                        _ => scalar(k, v),
-                    };
-                    format!("{k}: {inner}")
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-        }
-        _ => {}
-    }
-    let text = cell(v);
-    let is_ht = name.ends_with("_ht") || name == "safe_time";
-    if let (true, Value::String(s)) = (is_ht, v) {
-        if let Ok(ht) = s.parse::<u64>() {
-            let micros = ht >> 12;
-            if micros > 0 {
-                let t = std::time::UNIX_EPOCH + Duration::from_micros(micros);
-                return format!("{text} ({})", humantime::format_rfc3339_micros(t));
-            }
-        }
-    }
-    text
-}
-
-/// A value in one cell or line: strings bare, `{"b64": x}` as `b64:x`, null as `-`, arrays
-/// comma-joined.
-fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        Value::Array(a) => a.iter().map(cell).collect::<Vec<_>>().join(","),
-        Value::Object(m) if is_b64(m) => {
-            format!("b64:{}", m.get("b64").map(cell).unwrap_or_default())
-        }
-        other => other.to_string(),
-    }
-}
-
-/// `{"b64": "..."}`: a key or value that is not UTF-8.
-fn is_b64(m: &serde_json::Map<String, Value>) -> bool {
-    m.len() == 1 && m.contains_key("b64")
-}
-
-fn table(title: &str, first: &str, rows: &[(String, &serde_json::Map<String, Value>)]) -> String {
-    let mut cols: Vec<&str> = Vec::new();
-    for (_, r) in rows {
-        for k in r.keys() {
-            if !cols.contains(&k.as_str()) {
-                cols.push(k);
-            }
-        }
-    }
-    cols.sort_by_key(|c| {
-        (
-            COLUMN_ORDER
-                .iter()
-                .position(|o| o == c)
-                .unwrap_or(COLUMN_ORDER.len()),
-            c.to_string(),
         )
-    });
-    let index = first != "#";
-    let mut grid: Vec<Vec<String>> = Vec::with_capacity(rows.len() + 1);
-    let mut header: Vec<String> = Vec::new();
-    if index {
-        header.push(first.to_uppercase());
-    }
-    header.extend(cols.iter().map(|c| c.to_uppercase()));
-    grid.push(header);
-    for (id, r) in rows {
-        let mut line = Vec::new();
-        if index {
-            line.push(id.clone());
-        }
-        line.extend(cols.iter().map(|c| r.get(*c).map(cell).unwrap_or_default()));
-        grid.push(line);
-    }
-    let n = grid.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..n)
-        .map(|i| grid.iter().map(|l| l[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = format!("{title}:\n");
-    for line in grid {
-        let mut s = String::new();
-        for (i, c) in line.iter().enumerate() {
-            if i + 1 == n {
-                s.push_str(c);
-            } else {
-                let _ = write!(s, "{c:w$}  ", w = widths[i]);
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
-    }
-    out
+    })
 }
 
 #[cfg(test)]
@@ -638,7 +708,11 @@ mod tests {
                 Method::GET,
                 "/v1/binlog",
             ),
-            (CtlCommand::Promote, Method::POST, "/v1/promote"),
+            (
+                CtlCommand::Promote { yes: true },
+                Method::POST,
+                "/v1/promote",
+            ),
             (
                 CtlCommand::Pause {
                     tablet: Some("t1".into()),
@@ -660,55 +734,38 @@ mod tests {
     }
 
     #[test]
-    fn human_rendering() {
-        let v: Value = serde_json::from_str(
-            r#"{"role":"replica","safe_time":"7300000000000000000",
-                "tablets":{"t1":{"received_pos":4096,"applied_pos":4096,"safe_time":"5","state":"streaming"},
-                           "tablet-22":{"received_pos":10,"applied_pos":0,"safe_time":"6","state":"needs_bootstrap"}}}"#,
-        )
-        .unwrap();
-        let s = render(&v);
-        assert!(
-            s.starts_with("role       replica\nsafe_time  7300000000000000000 ("),
-            "{s}"
-        );
-        let lines: Vec<&str> = s.lines().collect();
-        let head = lines.iter().position(|l| l.starts_with("TABLET")).unwrap();
+    fn exit_codes_follow_the_answer() {
+        let get = CtlCommand::Get {
+            key: "k".into(),
+            latest: false,
+            at: None,
+        };
+        assert_eq!(get.exit_code(&serde_json::json!({"found": true})), EXIT_OK);
         assert_eq!(
-            lines[head],
-            "TABLET     RECEIVED_POS  APPLIED_POS  SAFE_TIME  STATE"
+            get.exit_code(&serde_json::json!({"found": false})),
+            EXIT_NOT_FOUND
         );
+        let trx = CtlCommand::TrxStatus {
+            trx: "7:3".into(),
+            gtid: None,
+            wait: None,
+        };
+        for (state, code) in [
+            ("COMMITTED", EXIT_OK),
+            ("UNKNOWN", EXIT_NOT_FOUND),
+            ("IN_PROGRESS", EXIT_IN_PROGRESS),
+            ("ABORTED", EXIT_ABORTED),
+        ] {
+            assert_eq!(
+                trx.exit_code(&serde_json::json!({"state": state})),
+                code,
+                "{state}"
+            );
+        }
         assert_eq!(
-            lines[head + 1],
-            "t1         4096          4096         5          streaming"
+            CtlCommand::Status.exit_code(&serde_json::json!({})),
+            EXIT_OK
         );
-        assert_eq!(render(&serde_json::json!({"ok": true})), "ok\n");
-        let v = serde_json::json!({"read_ht":"9","more":false,
-            "items":[{"key":"k","value":{"b64":"AP8="},"version_ht":"3"}]});
-        let s = render(&v);
-        assert!(s.contains("KEY  VALUE     VERSION_HT"), "{s}");
-        assert!(s.contains("k    b64:AP8=  3"), "{s}");
-    }
-
-    #[test]
-    fn nested_maps_and_empty_lists_read_as_text() {
-        let v = serde_json::json!({"read_ht":"9","more":false,"items":[]});
-        assert_eq!(render(&v), "items    (none)\nmore     false\nread_ht  9\n");
-        let v = serde_json::json!({"role":"primary","tablets":{},
-            "lookup_cache":{"state":"warm","index_bytes":10,"nested":{"a":1}},
-            "cutover":{"cut_ht":"7300000000000000000","cleanup_done":false},
-            "value":{"b64":"AP8="}});
-        let s = render(&v);
-        assert!(
-            s.contains("lookup_cache  index_bytes: 10, nested: {a: 1}, state: warm\n"),
-            "{s}"
-        );
-        assert!(
-            s.contains("cutover       cleanup_done: false, cut_ht: 7300000000000000000 (20"),
-            "{s}"
-        );
-        assert!(s.contains("tablets       (none)\n"), "{s}");
-        assert!(s.contains("value         b64:AP8=\n"), "{s}");
     }
 
     #[test]
