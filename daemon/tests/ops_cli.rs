@@ -926,7 +926,7 @@ fn ctl_waits_for_a_socket_that_is_about_to_appear() {
     let mut line = String::new();
     err.read_line(&mut line).unwrap();
     assert!(
-        line.contains("not available yet") && line.contains("waiting up to 3 s"),
+        line.contains("not available yet") && line.contains("waiting up to 5s"),
         "{line}"
     );
     let rt = tokio::runtime::Runtime::new().unwrap();

@@ -706,6 +706,15 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             Err(e) => {
                 shared.lane_settled(lane);
                 shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                // With TLS 1.3 the applier checks this shipper's certificate after the
+                // handshake looked done here: its refusal ends a "connection" that never was.
+                let text = format!("{e:#}");
+                let e = match tidelog_wal::wire::CertRefusal::of(&text) {
+                    Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
+                        anyhow::Error::new(NotConnected::new(&shared.opts, &text))
+                    }
+                    _ => e,
+                };
                 if e.downcast_ref::<NotConnected>().is_some() {
                     tracing::warn!(lane, "{e:#}");
                 } else {
@@ -805,8 +814,8 @@ impl NotConnected {
         let meaning = match CertRefusal::of(why) {
             None => why.to_string(),
             // Our verifier refused the applier's certificate: a local `invalid peer
-            // certificate`; the applier refusing ours comes back as its TLS alert.
-            Some(r) if why.contains("invalid peer certificate") => match r {
+            // certificate`; the applier refusing ours comes back "aborted by peer".
+            Some(r) if !why.contains("by peer") => match r {
                 CertRefusal::OtherCa => format!(
                     "the applier's certificate is not signed by the configured CA (ca = {ca}) ({why})"
                 ),

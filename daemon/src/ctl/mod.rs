@@ -35,8 +35,8 @@
 //! | 5 | `trx-status`: `ABORTED` |
 //!
 //! **Waiting for the socket.** A daemon that has just been started may not have its socket
-//! yet: while the socket is missing or refuses connections, `ctl` tries again for up to about
-//! 3 s (saying so once on stderr) before it fails.
+//! yet: while the socket is missing or refuses connections, `ctl` tries again for up to 5 s
+//! (saying so once on stderr) before it fails.
 //!
 //! **The wrong daemon.** An applier command sent to a shipper's socket (or the other way)
 //! says so, e.g. `… is a shipper's admin socket; \`get\` is an applier command`.
@@ -357,35 +357,35 @@ pub const EXIT_IN_PROGRESS: u8 = 4;
 /// Exit status: `trx-status` `ABORTED`.
 pub const EXIT_ABORTED: u8 = 5;
 
-/// Connection attempts made while the admin socket is missing or refuses connections, with
-/// backoff from 100 ms doubling (about 3 s in all): a daemon that was just started binds it
-/// within that.
-const SOCKET_RETRIES: u32 = 6;
+/// How long `ctl` waits for an admin socket that is missing or refuses connections: a
+/// daemon that was just started binds it within that.
+const SOCKET_WAIT: Duration = Duration::from_secs(5);
 
-/// Retries connecting to `socket` with capped exponential backoff while it is missing or
-/// refusing (saying so once on stderr); returns as soon as a connection succeeds or the
-/// attempts are used up (the caller's own call then reports the error).
-async fn wait_for_socket(socket: &Path, attempts: u32) {
-    let mut delay = Duration::from_millis(100);
-    for i in 0..attempts {
+/// Tries connecting to `socket` every 100 ms while it is missing or refusing (saying so
+/// once on stderr), for at most `limit`; returns as soon as a connection succeeds or the
+/// time is up (the caller's own call then reports the error).
+async fn wait_for_socket(socket: &Path, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut said = false;
+    loop {
         match tokio::net::UnixStream::connect(socket).await {
-            Ok(_) => return,
             Err(e)
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) && i + 1 < attempts =>
+                ) && tokio::time::Instant::now() < deadline =>
             {
-                if i == 0 {
+                if !said {
                     eprintln!(
-                        "admin socket {} not available yet ({e}); waiting up to 3 s",
-                        socket.display()
+                        "admin socket {} not available yet ({e}); waiting up to {}",
+                        socket.display(),
+                        humantime::format_duration(limit)
                     );
+                    said = true;
                 }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            Err(_) => return,
+            _ => return,
         }
     }
 }
@@ -527,7 +527,7 @@ pub fn run(args: CtlArgs) -> Result<u8> {
     }
     let socket = &args.socket;
     let answer = rt.block_on(async {
-        wait_for_socket(socket, SOCKET_RETRIES).await;
+        wait_for_socket(socket, SOCKET_WAIT).await;
         call_within(socket, method.clone(), &path, timeout).await
     })?;
     if answer.status == StatusCode::NOT_FOUND {

@@ -30,7 +30,7 @@ pub const FIELD_ORDER: &[&str] = &[
     "commit_ht",
     "connect_id",
     "txn",
-    "waiting_for",
+    "waits_for",
     "cut_ht",
     "cut_time",
     "lost_commits",
