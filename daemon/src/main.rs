@@ -229,14 +229,6 @@ fn run(command: Command) -> Result<u8> {
     }
 }
 
-/// A closed stdout (`tidelog wal dump | head`) is not a failure.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 /// `e` and its causes joined by `: ` (as `{:#}`), leaving out a cause whose text the
 /// message already ends with (errors that print their source, like the WAL's I/O errors, would
 /// otherwise show the OS error twice).
@@ -268,7 +260,8 @@ fn main() -> ExitCode {
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        // A closed stdout (`tidelog wal dump | head`) is not a failure.
+        Err(e) if tidelog::demo::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<tidelog::demo::Interrupted>() {
             // Not a failure to explain: the one line says what was stopped and removed.
             Some(i) => {

@@ -521,6 +521,11 @@ fn ship_waits_for_a_missing_wal_dir_and_refuses_a_file() {
         std::fs::read_to_string(&log)
             .is_ok_and(|l| l.contains("the shipper waits for it to appear"))
     });
+    // Up and answering, with the directory still missing.
+    common::wait_for("the shipper's admin socket", limit, || {
+        common::api(&c.shipper_sock, "GET", "/v1/status").is_some()
+    });
+    assert!(!c.wal.exists());
     common::write_records(&c.wal, "t1", 5, |i| format!("v{i}").into_bytes());
     common::wait_for("t1 applied", limit, || {
         common::api(&c.applier_sock, "GET", "/v1/status")
@@ -794,32 +799,6 @@ fn counting_router(promotes: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> 
     )
 }
 
-/// A pseudo-terminal: the master end (to type into and read from) and the slave end (for
-/// the child's stdin or stdout).
-fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
-    use std::os::fd::FromRawFd;
-    let (mut m, mut s) = (0, 0);
-    // SAFETY: openpty(3) writes two descriptors into the integers given; the other
-    // arguments may be null.
-    let rc = unsafe {
-        libc::openpty(
-            &mut m,
-            &mut s,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both descriptors were just opened and are owned by nobody else.
-    unsafe {
-        (
-            std::fs::File::from_raw_fd(m),
-            std::os::fd::OwnedFd::from_raw_fd(s),
-        )
-    }
-}
-
 #[test]
 fn ctl_promote_needs_yes_or_a_typed_confirmation() {
     use std::io::Write;
@@ -847,7 +826,7 @@ fn ctl_promote_needs_yes_or_a_typed_confirmation() {
     assert_eq!(promotes.load(Ordering::SeqCst), 1);
     // On a terminal: the word typed confirms; anything else does not.
     for (typed, code, sent) in [("no\n", 1, 1), ("promote\n", 0, 2)] {
-        let (mut master, slave) = pty();
+        let (mut master, slave) = common::pty();
         let child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
             .args(["ctl", "--socket", srv.socket.to_str().unwrap(), "promote"])
             .stdin(Stdio::from(slave))
@@ -871,7 +850,7 @@ fn ctl_json_is_pretty_on_a_terminal_and_one_line_in_a_pipe() {
     let srv = Server::start();
     let out = srv.ctl(&["status", "--json"]);
     assert_eq!(text(&out.stdout).lines().count(), 1);
-    let (mut master, slave) = pty();
+    let (mut master, slave) = common::pty();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
         .args([
             "ctl",

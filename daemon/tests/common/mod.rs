@@ -357,3 +357,29 @@ pub fn write_records(wal: &Path, tablet: &str, n: usize, value: impl Fn(usize) -
     }
     w.commit(SyncPolicy::Always).unwrap();
 }
+
+/// A pseudo-terminal: the master end (to type into and read from) and the slave end (for
+/// the child's stdin or stdout).
+pub fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut m, mut s) = (0, 0);
+    // SAFETY: openpty(3) writes two descriptors into the integers given; the other
+    // arguments may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut m,
+            &mut s,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(m),
+            std::os::fd::OwnedFd::from_raw_fd(s),
+        )
+    }
+}
