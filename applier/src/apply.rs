@@ -1,5 +1,6 @@
-//! The apply stage of one tablet (DESIGN §5, stage 2): reads the tablet's received log from
-//! the store's apply position and applies it in batches with [`Store::apply`].
+//! The apply stage of one tablet (docs/ARCHITECTURE.md, "Apply"): reads the tablet's
+//! received log from the store's apply position and applies it in batches with
+//! [`Store::apply`].
 //!
 //! An [`ApplyWorker`] runs on a thread of an [`ApplyThreads`] group (its own, unless
 //! [`ApplyConfig::threads`] names a shared one: a thread then takes its tablets in turn, one

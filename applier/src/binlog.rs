@@ -1,5 +1,6 @@
-//! The binlog and its indexes (DESIGN §6): every commit in `commit_ht` order, with point
-//! look-ups by trx_id and by gtid. Layouts are drawn in `applier/STORE.md`.
+//! The binlog and its indexes (docs/ARCHITECTURE.md, "Binlog and trx_status"): every commit
+//! in `commit_ht` order, with point look-ups by trx_id and by gtid. Layouts are drawn in
+//! `applier/STORE.md`.
 //!
 //! ```text
 //!  binlog    BE commit_ht ‖ carrier tablet          → entry {trx_id?, gtid?, txn?, tablets}
@@ -610,8 +611,9 @@ impl Binlog {
 
     /// Commits above `cut` by gtid sequence: per domain, the newest seq received minus the
     /// newest seq with `commit_ht ≤ cut` (found by binary search, O(log n) seeks). Gtid
-    /// sequence numbers grow by one per commit in commit order (DESIGN §2), so this counts
-    /// commits the target never received too, as long as a later one arrived.
+    /// sequence numbers grow by one per commit in commit order (docs/ARCHITECTURE.md,
+    /// "Concepts"), so this counts commits the target never received too, as long as a
+    /// later one arrived.
     pub fn commits_above(&self, cut: HybridTime) -> Result<u64> {
         let mut lost = 0u64;
         for d in self.domains()? {

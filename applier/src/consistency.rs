@@ -1,5 +1,6 @@
-//! Safe time in the running applier: the [`Core`] behind a mutex for the apply workers,
-//! and the published global safe time that readers load **without a lock** (DESIGN §5).
+//! Safe time in the running applier: the [`Core`] behind a mutex for the apply workers, and
+//! the published global safe time that readers load **without a lock**
+//! (docs/ARCHITECTURE.md, "Safe time").
 //!
 //! ```text
 //!  apply workers ──after_batch / part_applied──► Core (mutex) ──► ready parts → workers

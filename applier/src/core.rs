@@ -1,6 +1,7 @@
-//! The consistency core (DESIGN §2, §5): which committed transaction parts may be applied
-//! now, and the global safe time. I/O-free: callers report what the store durably holds and
-//! get back decisions; the apply workers do the reading and writing.
+//! The consistency core (docs/ARCHITECTURE.md, "Safe time"): which committed transaction
+//! parts may be applied now, and the global safe time. I/O-free: callers report what the
+//! store durably holds and get back decisions; the apply workers do the reading and
+//! writing.
 //!
 //! ```text
 //!  tablet X's worker applied a batch (writes, intents recorded, commits recorded)

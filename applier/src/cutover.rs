@@ -1,4 +1,5 @@
-//! Cutover (DESIGN §7): promote the target to a clean cut of the source.
+//! Cutover (docs/ARCHITECTURE.md, "Cutover"): promote the target to a clean cut of the
+//! source.
 //!
 //! ```text
 //!  daemon: refuse shippers ─► stop apply workers ─► freeze safe time S

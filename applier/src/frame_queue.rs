@@ -5,7 +5,7 @@
 //! channel that spins and `sched_yield`s before it blocks (crossbeam's) cost more than it
 //! saved: eight writer threads yielding to each other ~8 000 times a second under a 25 000
 //! txn/s load, each yield a context switch that delayed the apply workers (BENCHMARKS.md,
-//! "Intake writer threads that do not spin").
+//! changelog, 2026-12-04).
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard};

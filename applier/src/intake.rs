@@ -1,4 +1,4 @@
-//! Intake (DESIGN §5 stage 1): the QUIC server that shippers connect to.
+//! Intake (docs/ARCHITECTURE.md, "Intake"): the QUIC server that shippers connect to.
 //!
 //! ```text
 //!  shipper ──QUIC/mTLS──► connection task ── control stream: Hello → claim tablets → Welcome

@@ -1,5 +1,6 @@
-//! `tidelog-applier`: the target side (DESIGN §5): QUIC intake into per-tablet received
-//! logs, apply into the MVCC store, safe time, reads, binlog, `trx_status` and cutover.
+//! `tidelog-applier`: the target side (docs/ARCHITECTURE.md, "The applier"): QUIC intake
+//! into per-tablet received logs, apply into the MVCC store, safe time, reads, binlog,
+//! `trx_status` and cutover.
 
 pub mod apply;
 pub mod binlog;

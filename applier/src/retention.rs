@@ -1,6 +1,6 @@
 //! Received-log retention: releases the parts of each tablet's received log that applying
-//! will never read again, so that the log's writer deletes them (DESIGN §5; drawn in
-//! `applier/STORE.md`, "Received-log retention").
+//! will never read again, so that the log's writer deletes them (docs/ARCHITECTURE.md,
+//! "Apply"; drawn in `applier/STORE.md`, "Received-log retention").
 //!
 //! Applying reads a received log twice: once in order up to the tablet's apply position,
 //! and again by position for the intents of a transaction whose commit makes that tablet's

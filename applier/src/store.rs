@@ -1,4 +1,5 @@
-//! `Store`: the applier's fjall database — MVCC data, transactions and meta (DESIGN §5).
+//! `Store`: the applier's fjall database — MVCC data, transactions and meta (layouts:
+//! `applier/STORE.md`).
 //!
 //! One fjall [`Database`] under `data_dir/store/` with three keyspaces (layouts drawn in
 //! `applier/STORE.md`):
@@ -73,7 +74,7 @@ pub enum Durability {
     Buffered,
 }
 
-/// The target's role (DESIGN §7).
+/// The target's role (docs/ARCHITECTURE.md, "Cutover").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Role {
     /// Receiving and applying shipped logs.
@@ -2046,7 +2047,8 @@ impl Store {
     }
 }
 
-// ---- value encodings (little-endian; see applier/STORE.md) ---------------------------------
+// ---- value encodings (little-endian; see applier/STORE.md)
+// ---------------------------------
 
 fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
@@ -2197,7 +2199,8 @@ fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     })
 }
 
-/// A cutover (DESIGN §7) as persisted in `meta` under `global/cutover`.
+/// A cutover (docs/ARCHITECTURE.md, "Cutover") as persisted in `meta` under
+/// `global/cutover`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cutover {
     pub cut: HybridTime,

@@ -1,4 +1,5 @@
-//! `trx_status(trx_id, gtid_hint?, wait?)` (DESIGN §6): did a commit land on the target?
+//! `trx_status(trx_id, gtid_hint?, wait?)` (docs/ARCHITECTURE.md, "Binlog and trx_status"):
+//! did a commit land on the target?
 //!
 //! ```text
 //!  parse trx_id ──malformed──► UNKNOWN (reason)
@@ -129,7 +130,7 @@ pub struct TrxQuery<'a> {
     pub max_staleness: Duration,
 }
 
-/// The default `wait` (DESIGN §6).
+/// The default `wait` of a look-up with a gtid hint.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
 enum Hint {

@@ -1,6 +1,7 @@
 //! `tidelog-bench trx-status`: `trx_status` look-up latency on a binlog of millions of
-//! commits (DESIGN §6, §9), in-process and through the admin API, with PostgreSQL's
-//! `pg_xact_status` beside it in the same run.
+//! commits (docs/ARCHITECTURE.md, "Binlog and trx_status"; results in BENCHMARKS.md),
+//! in-process and through the admin API, with PostgreSQL's `pg_xact_status` beside it in
+//! the same run.
 //!
 //! # What is measured
 //!

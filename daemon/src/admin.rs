@@ -1,6 +1,6 @@
-//! The admin API server (DESIGN §8): HTTP/1.1 + JSON on a Unix socket, and the pieces every
-//! handler shares — the error body, the JSON 404, hybrid times as decimal strings and keys
-//! and values as UTF-8 strings or `{"b64": …}`.
+//! The admin API server (`docs/operations.md`, "Admin API"): HTTP/1.1 + JSON on a Unix
+//! socket, and the pieces every handler shares — the error body, the JSON 404, hybrid times
+//! as decimal strings and keys and values as UTF-8 strings or `{"b64": …}`.
 //!
 //! A daemon builds its `axum::Router` of `/v1/…` routes and hands it to [`serve`], which adds
 //! the JSON 404 fallback:

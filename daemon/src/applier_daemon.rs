@@ -1212,9 +1212,10 @@ fn cutover_json(c: &Cutover) -> Value {
     })
 }
 
-/// `POST /v1/promote` (DESIGN §7): refuse shippers, stop applying, cut at the safe time,
-/// persist the cut (reads are capped at it from then on) and the report, and clean up
-/// above the cut in the background. Idempotent: a promoted target returns its report.
+/// `POST /v1/promote` (docs/ARCHITECTURE.md, "Cutover"): refuse shippers, stop applying,
+/// cut at the safe time, persist the cut (reads are capped at it from then on) and the
+/// report, and clean up above the cut in the background. Idempotent: a promoted target
+/// returns its report.
 async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let _one = s.promote_lock.lock().await;
     let s2 = s.clone();

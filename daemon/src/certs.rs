@@ -1,5 +1,5 @@
 //! `tidelog certs init`: a private CA and the mTLS certificates of both daemons, and loading
-//! PEM files into rustls configurations (DESIGN §4, §8).
+//! PEM files into rustls configurations (`docs/operations.md`, "Certificates").
 //!
 //! `init` writes into one directory:
 //!

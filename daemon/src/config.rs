@@ -1,4 +1,5 @@
-//! Daemon configuration files (DESIGN §8): `applier.toml` and `shipper.toml`.
+//! Daemon configuration files (every key: `docs/configuration.md`): `applier.toml` and
+//! `shipper.toml`.
 //!
 //! TOML, kebab-case keys, every key optional with the default stated on its field (and in the
 //! example configs under `systemd/`, which a test parses). Durations are humantime strings
@@ -206,7 +207,7 @@ pub struct QuicConfig {
     pub udp_receive_buffer: u64,
 }
 
-/// The shipper's file read engine (DESIGN §4).
+/// The shipper's file read engine (docs/ARCHITECTURE.md, "Shipping").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IoEngine {

@@ -1,5 +1,6 @@
 //! Load generators: write source WALs the way a real transactional database would
-//! (DESIGN.md §2, §3), for the `tidelog demo` command, `tidelog-bench load` and tests.
+//! (docs/ARCHITECTURE.md, "Concepts"), for the `tidelog demo` command, `tidelog-bench load`
+//! and tests.
 //!
 //! Every tablet `t0..t{N-1}` under `wal_dir` has its own [`Writer`]; one [`HybridClock`]
 //! stamps every record, so hts are globally increasing. Transactions run in **rounds** (about

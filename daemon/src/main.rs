@@ -1,4 +1,4 @@
-//! `tidelog`: the command-line entry point (DESIGN §8).
+//! `tidelog`: the command-line entry point (README.md, `docs/operations.md`).
 //!
 //! Commands: the daemons `apply` and `ship`, `demo`, `ctl` (the admin API's client),
 //! `certs init` and `wal dump|append|check`; their building blocks (config, admin server,
@@ -26,7 +26,7 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: the apply path allocates and frees small objects on
 /// many threads (decoded records, batch items); glibc's arenas spent 17–20 % of the
-/// applier's samples in `malloc`/`free`/`malloc_consolidate` (BENCHMARKS.md, e2e).
+/// applier's samples in `malloc`/`free`/`malloc_consolidate` (BENCHMARKS.md, changelog).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -255,7 +255,7 @@ fn main() -> ExitCode {
     if let Err(e) = tidelog::memory::set_up() {
         tracing::warn!("cannot turn transparent huge pages off for this process: {e}");
     }
-    // Failure injection for tests (DESIGN §10): only builds with the `fail` crate's
+    // Failure injection for tests: only builds with the `fail` crate's
     // `failpoints` feature act on it; elsewhere the fail points compile to nothing.
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     match run(cli.command) {

@@ -224,7 +224,8 @@ pub fn applier(s: &ApplierState) -> String {
         s.consistency.records_below_safe_time(),
     );
 
-    // Safe time (DESIGN §5): the global one, its lag behind the wall clock, the skew.
+    // Safe time (docs/ARCHITECTURE.md, "Safe time"): the global one, its lag behind the
+    // wall clock, the skew.
     m.family(
         "tidelog_applier_safe_time_initialized",
         Kind::Gauge,

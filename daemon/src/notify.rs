@@ -1,7 +1,7 @@
-//! systemd integration (DESIGN §8): `READY=1` once recovery is done, `STATUS=` lines,
-//! `STOPPING=1` on shutdown and `WATCHDOG=1` pings. Every function is a no-op when
-//! `NOTIFY_SOCKET` is unset (not started by systemd, or `Type=` other than `notify`), and a
-//! failure to notify is logged, never fatal.
+//! systemd integration (`docs/operations.md`, "systemd"): `READY=1` once recovery is done,
+//! `STATUS=` lines, `STOPPING=1` on shutdown and `WATCHDOG=1` pings. Every function is a
+//! no-op when `NOTIFY_SOCKET` is unset (not started by systemd, or `Type=` other than
+//! `notify`), and a failure to notify is logged, never fatal.
 
 use std::time::Duration;
 

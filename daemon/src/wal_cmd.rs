@@ -1,8 +1,9 @@
 //! `tidelog wal dump|append|check`: the WAL as JSON lines, and its verification.
 //!
-//! * `dump` prints every record as one JSON line (DESIGN §3), tablets in sorted order, each
-//!   in log order, up to `durable_pos` (or `written_pos` with `--written`; a tablet without
-//!   a control file is scanned to the end of its valid records).
+//! * `dump` prints every record as one JSON line (docs/ARCHITECTURE.md, "The source WAL"),
+//!   tablets in sorted order, each in log order, up to `durable_pos` (or `written_pos` with
+//!   `--written`; a tablet without a control file is scanned to the end of its valid
+//!   records).
 //! * `append` reads such lines on stdin and appends each as one commit to its tablet. The
 //!   first bad line stops it: everything before it is written and durable, nothing of it is.
 //!   A line must name its tablet, unless `--tablet T` is given: then a line without a

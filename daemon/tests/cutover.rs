@@ -1,9 +1,9 @@
-//! Cutover with real daemons (DESIGN §7): bank load with one tablet's stream paused so it
-//! lags, the source gone, then `POST /v1/promote`. The cut is the safe time; the target
-//! equals a replay of the source WALs up to the cut, key by key; `lost_commits` equals the
-//! commits above the cut in the source WALs; `trx_status` is final; a shipper connecting
-//! afterwards is refused; a crash in the middle of the promotion is finished on restart
-//! with the same report.
+//! Cutover with real daemons (docs/ARCHITECTURE.md, "Cutover"): bank load with one tablet's
+//! stream paused so it lags, the source gone, then `POST /v1/promote`. The cut is the safe
+//! time; the target equals a replay of the source WALs up to the cut, key by key;
+//! `lost_commits` equals the commits above the cut in the source WALs; `trx_status` is
+//! final; a shipper connecting afterwards is refused; a crash in the middle of the
+//! promotion is finished on restart with the same report.
 #![allow(clippy::unwrap_used)]
 
 mod common;

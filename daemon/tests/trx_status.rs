@@ -1,6 +1,7 @@
-//! `trx_status` and the binlog with real daemons (DESIGN §6): every state, answers that
-//! survive a SIGKILL of the applier, `ctl trx-status` riding out a restart, a gtid hint
-//! ahead of a paused target, retention expiry, and bad ids answered, never an error page.
+//! `trx_status` and the binlog with real daemons (docs/ARCHITECTURE.md, "Binlog and
+//! trx_status"): every state, answers that survive a SIGKILL of the applier, `ctl
+//! trx-status` riding out a restart, a gtid hint ahead of a paused target, retention
+//! expiry, and bad ids answered, never an error page.
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,5 +1,6 @@
 //! `tidelog-shipper`: tails every tablet WAL under `wal_dir` and ships the bytes, as they
-//! are on disk, over QUIC with mutual TLS to the applier (DESIGN §4).
+//! are on disk, over QUIC with mutual TLS to the applier (docs/ARCHITECTURE.md,
+//! "Shipping").
 //!
 //! ```text
 //!  Shipper ── lane 0 thread: runtime (tokio-uring | tokio+std), own endpoint + connection

@@ -1,5 +1,6 @@
-//! Failure injection through the real pipe on loopback (DESIGN §10): corrupted frames,
-//! failing disk writes on the applier, and hostile frames sent straight to the intake.
+//! Failure injection through the real pipe on loopback (docs/ARCHITECTURE.md,
+//! "Guarantees"): corrupted frames, failing disk writes on the applier, and hostile frames
+//! sent straight to the intake.
 //!
 //! The `fail` registry is process-global, so every test here takes [`serial`] first and
 //! clears the failpoints it used when it ends (also on panic).

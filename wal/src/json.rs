@@ -1,4 +1,5 @@
-//! The JSON form of a record (DESIGN §3), used by `tidelog wal dump|append`.
+//! The JSON form of a record (docs/ARCHITECTURE.md, "The source WAL"), used by `tidelog wal
+//! dump|append`.
 //!
 //! One object per line, fields in this order, each present only where the record's kind has
 //! it (optional fields that are absent are omitted):

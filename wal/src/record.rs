@@ -1,4 +1,4 @@
-//! The record model (DESIGN §2) and its body encoding.
+//! The record model (docs/ARCHITECTURE.md, "Concepts") and its body encoding.
 //!
 //! Body layout, after the 32-byte [`RecordHeader`](crate::format::RecordHeader), all
 //! little-endian, fields in this order and present only where the kind has them:

@@ -1,5 +1,5 @@
 //! The source-side session: hands out [`TrxId`]s and assigns [`Gtid`]s the way a real
-//! database would (DESIGN.md §2, §3).
+//! database would (docs/ARCHITECTURE.md, "Concepts").
 //!
 //! * [`ConnectIdGen`] gives every source connection a `connect_id` that is unique across
 //!   threads, processes and restarts for one server id, uuid_short style:

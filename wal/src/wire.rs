@@ -1,7 +1,8 @@
-//! The wire protocol between shipper and applier (DESIGN §4): message framing, the
-//! handshake, data frames of WAL bytes as they are on disk, and acks. I/O-free: encoders
-//! return bytes, decoders take bytes and return typed messages or a typed [`WireError`];
-//! arbitrary input never panics them. The byte layouts are drawn in `wal/FORMAT.md`.
+//! The wire protocol between shipper and applier (docs/ARCHITECTURE.md, "The stream
+//! handshake"): message framing, the handshake, data frames of WAL bytes as they are on
+//! disk, and acks. I/O-free: encoders return bytes, decoders take bytes and return typed
+//! messages or a typed [`WireError`]; arbitrary input never panics them. The byte layouts
+//! are drawn in `wal/FORMAT.md`.
 //!
 //! Streams of one QUIC connection (ALPN [`ALPN`]):
 //!

@@ -887,7 +887,7 @@ impl Writer {
             }
             // Through the file: verbatim bytes are large runs (a shipper's frames), where
             // faulting the mapping in and write-protecting it for writeback cost more than
-            // the copy (BENCHMARKS.md, ship).
+            // the copy (BENCHMARKS.md, changelog).
             match self.direct.as_mut() {
                 Some(stage) => stage.push(&bytes[off..off + n])?,
                 None => self.active.write_at(self.off, &bytes[off..off + n])?,

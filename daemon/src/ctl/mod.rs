@@ -1,4 +1,5 @@
-//! `tidelog ctl`: the admin API client, HTTP/1.1 over the daemon's Unix socket.
+//! `tidelog ctl`: the admin API client (`docs/operations.md`, "Admin API"), HTTP/1.1 over
+//! the daemon's Unix socket.
 //!
 //! | subcommand | request | daemon |
 //! | --- | --- | --- |
