@@ -94,18 +94,7 @@ fn sigterm_stops_the_demo_and_removes_its_directory() {
 
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(demo.0.id() as i32, libc::SIGTERM) };
-    let limit = Duration::from_secs(30);
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = demo.0.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the demo still runs {limit:?} after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(&mut demo, Duration::from_secs(30));
     let err = stderr.join().unwrap();
     assert_eq!(status.code(), Some(143), "{err}");
     let last = err.lines().last().unwrap_or("");
@@ -235,7 +224,7 @@ fn demo_counts_lag_only_while_the_load_runs() {
 #[test]
 fn demo_progress_redraws_in_place_on_a_terminal() {
     let tmp = tempfile::tempdir().unwrap();
-    let (mut master, slave) = common::pty();
+    let (master, slave) = common::pty();
     let mut demo = Demo(
         small_demo(tmp.path(), "3s")
             .stdout(Stdio::from(slave))
@@ -243,18 +232,7 @@ fn demo_progress_redraws_in_place_on_a_terminal() {
             .spawn()
             .unwrap(),
     );
-    let reader = std::thread::spawn(move || {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        // Until the child's side closes (EIO once it exited).
-        while let Ok(n) = master.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&got).into_owned()
-    });
+    let reader = std::thread::spawn(move || common::read_pty(master));
     let status = exit_within(&mut demo, Duration::from_secs(120));
     assert!(status.success());
     let text = reader.join().unwrap();

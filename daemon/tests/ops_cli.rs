@@ -845,12 +845,11 @@ fn ctl_promote_needs_yes_or_a_typed_confirmation() {
 
 #[test]
 fn ctl_json_is_pretty_on_a_terminal_and_one_line_in_a_pipe() {
-    use std::io::Read;
     use std::process::Stdio;
     let srv = Server::start();
     let out = srv.ctl(&["status", "--json"]);
     assert_eq!(text(&out.stdout).lines().count(), 1);
-    let (mut master, slave) = common::pty();
+    let (master, slave) = common::pty();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
         .args([
             "ctl",
@@ -865,19 +864,7 @@ fn ctl_json_is_pretty_on_a_terminal_and_one_line_in_a_pipe() {
         .spawn()
         .unwrap();
     assert!(child.wait().unwrap().success());
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    // The master reads until the slave side is closed (EIO) — the child has exited.
-    while let Ok(n) = master.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        if got.ends_with(b"}\r\n") {
-            break;
-        }
-    }
-    let s = text(&got).replace("\r\n", "\n");
+    let s = common::read_pty(master).replace("\r\n", "\n");
     assert!(s.starts_with("{\n  \"role\": \"replica\",\n"), "{s:?}");
     assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), status_body());
 }

@@ -168,11 +168,7 @@ fn the_shipped_units_verify_against_the_packaged_paths() {
             .env("SYSTEMD_LOG_LEVEL", "notice")
             .output()
             .unwrap();
-        let all = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let all = output_text(&out);
         assert!(
             out.status.success() && all.trim().is_empty(),
             "{unit}: {all}"

@@ -457,11 +457,7 @@ fn systemd_units_verify() {
             .env("SYSTEMD_LOG_LEVEL", "notice")
             .output()
             .unwrap();
-        let all = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let all = output_text(&out);
         assert!(
             out.status.success(),
             "{unit}: systemd-analyze verify failed:\n{all}"

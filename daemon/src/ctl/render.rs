@@ -363,6 +363,19 @@ fn state_counts(tablets: &Map<String, Value>) -> String {
     }
 }
 
+/// The `errors` lines (the first one titled) and the `tablets` line of a summary.
+fn errors_and_states(head: &mut Vec<(&str, String)>, tablets: &Map<String, Value>) {
+    for (i, e) in errors(tablets).into_iter().enumerate() {
+        head.push((if i == 0 { "errors" } else { "" }, e));
+    }
+    head.push(("tablets", state_counts(tablets)));
+}
+
+/// A table's first row.
+fn header(cols: &[&str]) -> Vec<Vec<String>> {
+    vec![cols.iter().map(|c| c.to_string()).collect()]
+}
+
 /// Head lines, a blank line and the table (when there are rows).
 fn summary(head: &[(&str, String)], grid: Vec<Vec<String>>) -> String {
     let mut out = lines(head);
@@ -439,18 +452,12 @@ pub fn applier_status(v: &Value, st: Option<&Value>) -> String {
         let l = tablet_lag(&id).map_or("-".into(), millis);
         head.push(("laggiest", format!("{id}, lag {l}")));
     }
-    let errs = errors(tablets);
-    for (i, e) in errs.into_iter().enumerate() {
-        head.push((if i == 0 { "errors" } else { "" }, e));
-    }
-    head.push(("tablets", state_counts(tablets)));
+    errors_and_states(&mut head, tablets);
     // RECEIVED: the received log's durable end; BEHIND: what apply has still to do there;
     // IDLE: since the last frame. (`--wide` has every field.)
-    let mut grid = vec![[
+    let mut grid = header(&[
         "TABLET", "STATE", "LAG", "RECEIVED", "BEHIND", "SHIPPER", "IDLE",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     for (id, t) in tablets {
         grid.push(vec![
             fit(id, 20),
@@ -493,17 +500,12 @@ pub fn shipper_status(v: &Value) -> String {
         None => "none: everything durable is acked".into(),
     };
     let mut head = vec![("shipper", engine), ("lag", lag)];
-    for (i, e) in errors(tablets).into_iter().enumerate() {
-        head.push((if i == 0 { "errors" } else { "" }, e));
-    }
-    head.push(("tablets", state_counts(tablets)));
+    errors_and_states(&mut head, tablets);
     // DURABLE: the source's durable end; ACKED: what the applier has durably; LAG: between
     // the two. (`--wide` has every field.)
-    let mut grid = vec![[
+    let mut grid = header(&[
         "TABLET", "STATE", "LANE", "DURABLE", "ACKED", "LAG", "RECORDS",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     for (id, t) in tablets {
         grid.push(vec![
             fit(id, 20),
@@ -549,7 +551,7 @@ pub fn safe_time(v: &Value) -> String {
     if !unreported.is_empty() {
         head.push(("not reported", fit(&unreported.join(", "), MAX_WIDTH - 14)));
     }
-    let mut grid = vec![["TABLET", "SAFE TIME", "LAG"].map(String::from).to_vec()];
+    let mut grid = header(&["TABLET", "SAFE TIME", "LAG"]);
     for (id, t) in tablets {
         grid.push(vec![
             fit(id, 20),

@@ -383,3 +383,27 @@ pub fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
         )
     }
 }
+
+/// Everything a finished child printed, stdout then stderr.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What was written to the terminal `master` until its other side closed (reading a
+/// pseudo-terminal whose slave side is closed fails with EIO: the end).
+pub fn read_pty(mut master: std::fs::File) -> String {
+    use std::io::Read;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

@@ -141,11 +141,7 @@ pub fn assert_valid(what: &str, text: &str) {
         .write_all(text.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = super::output_text(&out);
     assert!(
         out.status.success() && said.trim().is_empty(),
         "promtool check metrics on the {what}'s metrics: {said}\n{text}"
