@@ -60,6 +60,7 @@ enum Command {
     /// Create the CA and the mTLS certificates of both daemons.
     Certs(CertsArgs),
     /// Talk to a running daemon through its admin socket.
+    #[command(after_help = ctl::EXIT_STATUS_HELP)]
     Ctl(ctl::CtlArgs),
     /// Write the man pages or the shell completions (for packaging).
     #[command(hide = true)]

@@ -345,6 +345,21 @@ pub async fn call(socket: &Path, method: Method, path_and_query: &str) -> Result
     Ok(Answer { status, body })
 }
 
+/// The exit statuses, for `tidelog ctl --help` and the man page.
+pub const EXIT_STATUS_HELP: &str = "\
+Exit status (also with --json):
+  0  success; `get` found the key; `trx-status` COMMITTED
+  1  error: an error answer (printed as `error: <code>: <message>`), no daemon, or a
+     `promote` confirmation not given
+  2  bad command line; `promote` without --yes where no terminal can confirm it
+  3  `get`: no such key; `trx-status`: UNKNOWN
+  4  `trx-status`: IN_PROGRESS
+  5  `trx-status`: ABORTED
+
+Output: `status` and `safe-time` print a health summary and a table within 100 columns
+(--wide: every field); --json prints the API's JSON, pretty on a terminal, one line
+otherwise. A socket that is not there yet is waited for up to 5 s.";
+
 /// Exit status: success, `get` found, `trx-status` `COMMITTED`.
 pub const EXIT_OK: u8 = 0;
 /// Exit status: an error (also an error answer of the daemon).
