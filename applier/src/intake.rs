@@ -77,6 +77,25 @@ impl IntakeOptions {
             ca_file: None,
         }
     }
+
+    /// The options of each received log's writer (`direct_io` as the file system allows).
+    pub fn wal_options(&self, direct_io: bool) -> WalOptions {
+        WalOptions {
+            segment_size: self.segment_size,
+            // Written with `append_encoded` only (through the file): nothing to pre-fault.
+            prefault: false,
+            direct_io,
+            ..WalOptions::default()
+        }
+    }
+
+    /// What [`Intake::start`], or the writer of a tablet's received log later, would
+    /// refuse in these options (a segment size outside the WAL's limits).
+    pub fn validate(&self) -> Result<()> {
+        self.wal_options(self.direct_io)
+            .validate()
+            .map_err(anyhow::Error::from)
+    }
 }
 
 /// Called after each durable append to a tablet's received log (wakes the apply stage),
@@ -435,6 +454,7 @@ impl Intake {
         tls: TlsMaterial,
         hook: Option<DurableHook>,
     ) -> Result<Intake> {
+        opts.validate()?;
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
@@ -651,13 +671,7 @@ impl Shared {
             return Ok(ti.clone());
         }
         let root = self.opts.data_dir.join("received");
-        let wopts = WalOptions {
-            segment_size: self.opts.segment_size,
-            // Written with `append_encoded` only (through the file): nothing to pre-fault.
-            prefault: false,
-            direct_io: self.direct_io,
-            ..WalOptions::default()
-        };
+        let wopts = self.opts.wal_options(self.direct_io);
         let writer = Writer::open(&root, t, wopts)
             .with_context(|| format!("opening the received log of tablet {t}"))?;
         let start = writer.written_pos();

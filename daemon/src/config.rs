@@ -24,6 +24,8 @@ use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
 use tidelog_wal::{SyncPolicy, TabletId};
 
+use crate::small_file;
+
 /// `applier.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
@@ -644,17 +646,25 @@ pub fn load_shipper(path: &Path) -> Result<ShipperConfig> {
 /// [`load_applier`] then [`ApplierConfig::validate`]; every error names the file.
 pub fn check_applier(path: &Path) -> Result<ApplierConfig> {
     let c = load_applier(path)?;
-    c.validate()
-        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    c.validate().map_err(|e| named(path, &e))?;
     Ok(c)
 }
 
 /// [`load_shipper`] then [`ShipperConfig::validate`]; every error names the file.
 pub fn check_shipper(path: &Path) -> Result<ShipperConfig> {
     let c = load_shipper(path)?;
-    c.validate()
-        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    c.validate().map_err(|e| named(path, &e))?;
     Ok(c)
+}
+
+/// `F: <error>` for the config file `path`, its quotes of the file's values cut
+/// ([`small_file::shorten`]).
+pub fn named(path: &Path, e: &anyhow::Error) -> anyhow::Error {
+    anyhow!(
+        "{}: {}",
+        path.display(),
+        small_file::shorten(&format!("{e:#}"))
+    )
 }
 
 /// Reports what start-up (or `--check`) found questionable in the daemon configured by
@@ -670,19 +680,40 @@ pub fn report_warnings(path: &Path, warnings: &[String], check: bool) {
     }
 }
 
+/// Reads (at most [`small_file::CONFIG_MAX`]) and parses a config file; the error names
+/// the file and quotes no more than a snippet of it ([`parse_str`]).
 fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text = small_file::read_to_string(path, small_file::CONFIG_MAX, "a config file")
+        .context("cannot read the config file")?;
     parse_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
-/// Parses a config from TOML text. The error names the key at fault but not the file.
+/// A TOML syntax error: where, what, and the part of the line around it (never the whole
+/// of a long line).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let what = small_file::head(e.message().trim_end(), 256);
+    let Some(span) = e.span() else {
+        return format!("TOML parse error: {what}");
+    };
+    let at = span.start.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line_no = text[..line_start].matches('\n').count() + 1;
+    let col = text[line_start..at].chars().count() + 1;
+    let (shown, caret) = small_file::snippet(&text[line_start..line_end], at - line_start);
+    format!(
+        "TOML parse error at line {line_no}, column {col}: {what}\n  | {shown}\n  | {}^",
+        " ".repeat(caret)
+    )
+}
+
+/// Parses a config from TOML text. The error names the key at fault but not the file, and
+/// quotes a snippet of a long value or line, never the whole.
 pub fn parse_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    let table: toml::Table =
-        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
     match T::deserialize(toml::Value::Table(table.clone())) {
         Ok(v) => Ok(v),
-        Err(e) => Err(blame_key::<T>(&table, e.message())),
+        Err(e) => Err(small_file::shorten(&blame_key::<T>(&table, e.message()))),
     }
 }
 

@@ -17,6 +17,8 @@ pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod notify;
+pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
+pub mod small_file;

@@ -193,7 +193,7 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
     // Every state is exported for each tablet (series do not come and go), one of them 1.
     for (text, family, n, current) in [
         (&a1, "tidelog_applier_tablet_state", 6, "streaming"),
-        (&s1, "tidelog_shipper_tablet_state", 7, "idle"),
+        (&s1, "tidelog_shipper_tablet_state", 9, "idle"),
     ] {
         let prefix = format!("{family}{{tablet=\"t1\",state=\"");
         let rows: Vec<(&str, u64)> = text

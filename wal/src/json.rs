@@ -1287,16 +1287,50 @@ mod tests {
             at in any::<prop::sample::Index>(),
             byte in any::<u8>(),
         ) {
-            let mut line = to_json_line(&tablet, WalPos(1), &rec).into_bytes();
-            let i = at.index(line.len());
-            line[i] = byte;
-            if let Ok(s) = std::str::from_utf8(&line) {
-                if let Ok((t2, r2)) = from_json_line(s) {
-                    // Whatever parses must write back as a line that parses to the same thing.
-                    let again = to_json_line(&t2, WalPos(1), &r2);
-                    prop_assert_eq!(from_json_line(&again).unwrap(), (t2, r2));
-                }
+            mutated_line_reparses(&tablet, &rec, at, byte)?;
+        }
+    }
+
+    /// One byte of a valid line changed: no panic, and whatever still parses writes back as
+    /// a line that parses to the same thing.
+    fn mutated_line_reparses(
+        tablet: &TabletId,
+        rec: &Record,
+        at: prop::sample::Index,
+        byte: u8,
+    ) -> Result<(), TestCaseError> {
+        let mut line = to_json_line(tablet, WalPos(1), rec).into_bytes();
+        let i = at.index(line.len());
+        line[i] = byte;
+        if let Ok(s) = std::str::from_utf8(&line) {
+            if let Ok((t2, r2)) = from_json_line(s) {
+                let again = to_json_line(&t2, WalPos(1), &r2);
+                prop_assert_eq!(from_json_line(&again).unwrap(), (t2, r2));
             }
+        }
+        Ok(())
+    }
+
+    // The long runs of the decoder's fuzz tests (100 000 cases each; the ones above are the
+    // short CI runs): `cargo test -p tidelog-wal --lib json::tests::fuzz -- --ignored`.
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100_000))]
+
+        #[test]
+        #[ignore = "long fuzz run"]
+        fn fuzz_arbitrary_input_never_panics(s in any::<String>()) {
+            let _ = from_json_line(&s);
+        }
+
+        #[test]
+        #[ignore = "long fuzz run"]
+        fn fuzz_mutated_lines_never_panic(
+            tablet in tablet_id(),
+            rec in record(),
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            mutated_line_reparses(&tablet, &rec, at, byte)?;
         }
     }
 }
