@@ -888,29 +888,35 @@ impl TabletLoop {
         let batch = &mut self.batch;
         batch.clear();
         let start = Reader::position(r);
+        // A record that does not read (it stays the reader's position) or that the store
+        // cannot take stops the tablet there: the ones before it are applied, nothing of
+        // it, and the error is returned after them.
+        let mut rejected = None;
         while batch.len() < cfg.batch_records && Reader::position(r).since(start) < cfg.batch_bytes
         {
-            match r.next().map_err(wal)? {
-                Some(rec) => batch.push(rec),
-                None => break,
+            match r.next() {
+                Ok(Some(rec)) => batch.push(rec),
+                Ok(None) => break,
+                Err(e) => {
+                    rejected = Some(wal(e));
+                    break;
+                }
             }
         }
         let mut end = Reader::position(r);
         let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
-        // A record the store cannot take stops the tablet there: the ones before it are
-        // applied, nothing of it (and the reader, past it, is not used again).
-        let mut rejected = None;
+        let mut unfit = None;
         for (i, (pos, rec)) in batch.iter().enumerate() {
             if let Err(e) = Store::check_record(tablet, *pos, rec) {
-                rejected = Some((i, *pos, e));
+                unfit = Some((i, *pos, e));
                 break;
             }
         }
-        let rejected = rejected.map(|(i, pos, e)| {
+        if let Some((i, pos, e)) = unfit {
             end = pos;
             batch.truncate(i);
-            e
-        });
+            rejected = Some(e);
+        }
         if !batch.is_empty() {
             if let Some(c) = &cfg.consistency {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));

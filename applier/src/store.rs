@@ -1841,7 +1841,14 @@ impl Store {
             r.seek(start).map_err(wal)?;
             let mut chunk: HashMap<TxnId, ScannedTxn> = HashMap::new();
             loop {
-                let rec = r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos);
+                // Not a record further: the one at the apply position may be one the apply
+                // stage stopped at (it does not decode, or the store cannot take it), and
+                // the tablet's fault, not the store's opening, must report it.
+                let rec = if r.position() >= m.applied_pos {
+                    None
+                } else {
+                    r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos)
+                };
                 let done = rec.is_none();
                 if let Some((pos, rec)) = rec {
                     out.records += 1;

@@ -561,6 +561,12 @@ impl Reader {
                     return Err(self.bad_record(&path, seg_first, "record vanished".into()))
                 }
                 Parsed::Invalid(reason) => return Err(self.bad_record(&path, seg_first, reason)),
+                Parsed::Undecodable { reason, .. } => {
+                    let reason = format!(
+                        "a whole record (its checksum matches) whose body does not decode: {reason}"
+                    );
+                    return Err(self.bad_record(&path, seg_first, reason));
+                }
             }
         }
     }
