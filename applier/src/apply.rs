@@ -642,7 +642,13 @@ impl ApplyWorker {
             )));
         }
         let generation = store.generation();
-        let meta = store.tablet(&tablet)?.unwrap_or_default();
+        // A store that takes no writes now (a full disk, a reopen in progress): the worker
+        // starts holding, and reads its position from the store once it can.
+        let (meta, held) = match store.tablet(&tablet) {
+            Ok(m) => (m.unwrap_or_default(), None),
+            Err(e) if e.is_retryable() => (crate::store::TabletMeta::default(), Some(e)),
+            Err(e) => return Err(e),
+        };
         let (own, lane) = match &cfg.threads {
             Some(t) => (None, t.pick()),
             None => {
@@ -661,7 +667,10 @@ impl ApplyWorker {
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             fault: Mutex::new(None),
-            held: Mutex::new(None),
+            held: Mutex::new(held.map(|e| ApplyFault {
+                pos: WalPos::ZERO,
+                error: Arc::new(e),
+            })),
             heartbeat: Heartbeat::new(),
             records_below: AtomicU64::new(0),
             applied_records: AtomicU64::new(0),
@@ -691,7 +700,11 @@ impl ApplyWorker {
             last_persist: Instant::now(),
             warned: false,
             generation,
-            retry: None,
+            retry: shared.held().is_some().then(|| {
+                let mut b = Backoff::default();
+                b.reset();
+                b
+            }),
             refill_from: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);

@@ -636,9 +636,16 @@ fn reopen_loop(sh: &Arc<Shared>) {
                 last_reopen = Some(Instant::now());
             }
             Err(e) => {
-                let now = format!("reopening failed: {e}");
+                // Logged once per kind of failure (a full disk's message counts the bytes
+                // free, which change from one try to the next).
+                let now = match e.disk_full() {
+                    Some(d) => {
+                        format!("reopening failed: the disk is full at {}", d.path.display())
+                    }
+                    None => format!("reopening failed: {e}"),
+                };
                 if now != said {
-                    tracing::warn!(store = %sh.path.display(), "store: {now}; retrying with backoff");
+                    tracing::warn!(store = %sh.path.display(), "store: reopening failed: {e}; retrying with backoff");
                     said = now;
                 }
                 if let Some(d) = e.disk_full() {
