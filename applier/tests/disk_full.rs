@@ -23,15 +23,9 @@ fn t(s: &str) -> TabletId {
 /// Write record `i`: key `k{i:06}`, a value of `len` pseudo-random bytes derived from `i`
 /// (that no compression shrinks).
 fn record(i: u64, len: usize) -> Record {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let v: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    use rand::{RngCore, SeedableRng};
+    let mut v = vec![0u8; len];
+    rand::rngs::StdRng::seed_from_u64(i).fill_bytes(&mut v);
     Record::new(
         HybridTime(1_000 + i),
         Body::Write {

@@ -182,6 +182,13 @@ impl Daemon {
         }
     }
 
+    /// Whether the process still runs (has not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
@@ -338,24 +345,31 @@ pub fn write_record_range(
     range: std::ops::Range<usize>,
     value: impl Fn(usize) -> Vec<u8>,
 ) {
-    use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+    use tidelog_wal::{SyncPolicy, TabletId, WalOptions, Writer};
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
     for i in range {
-        let now = HybridTime::from_system_time(std::time::SystemTime::now());
-        let ht = match w.last_ht() {
-            Some(last) if last >= now => last.next(),
-            _ => now,
-        };
-        w.append(&Record::new(
-            ht,
-            Body::Write {
-                ops: vec![Op::put(format!("{tablet}/k{i}"), value(i))],
-                trx_id: None,
-                gtid: None,
-            },
-        ))
-        .unwrap();
+        append_write(&mut w, format!("{tablet}/k{i}"), value(i));
     }
     w.commit(SyncPolicy::Always).unwrap();
+}
+
+/// Appends one `write` record (`key` = `value`) to `w` at the wall clock's hybrid time, or
+/// just after the last record if that is ahead.
+pub fn append_write(w: &mut tidelog_wal::Writer, key: String, value: Vec<u8>) {
+    use tidelog_wal::{Body, HybridTime, Op, Record};
+    let now = HybridTime::from_system_time(std::time::SystemTime::now());
+    let ht = match w.last_ht() {
+        Some(last) if last >= now => last.next(),
+        _ => now,
+    };
+    w.append(&Record::new(
+        ht,
+        Body::Write {
+            ops: vec![Op::put(key, value)],
+            trx_id: None,
+            gtid: None,
+        },
+    ))
+    .unwrap();
 }
