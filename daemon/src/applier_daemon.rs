@@ -93,6 +93,7 @@ fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
     opts.max_clock_skew = cfg.max_clock_skew;
+    opts.ca_file = Some(cfg.tls.ca.clone());
     opts
 }
 

@@ -546,9 +546,19 @@ impl ShipperConfig {
         }
     }
 
+    /// The warning for a `wal-dir` that does not exist (yet): the shipper waits for it.
+    pub fn wal_dir_missing(&self) -> Option<String> {
+        (!self.wal_dir.exists()).then(|| {
+            format!(
+                "key \"wal-dir\": {} does not exist yet; the shipper waits for it to appear",
+                self.wal_dir.display()
+            )
+        })
+    }
+
     /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
-    /// consistent, `wal-dir` a directory. The error names the key; callers add the file
-    /// name.
+    /// consistent, `wal-dir` a directory if it exists. The error names the key; callers add
+    /// the file name.
     pub fn validate(&self) -> Result<()> {
         validate_log_level(&self.log_level)?;
         if self.lanes > MAX_LANES {
@@ -563,9 +573,8 @@ impl ShipperConfig {
                 "key \"wal-dir\": {} is not a directory",
                 self.wal_dir.display()
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("key \"wal-dir\": {} does not exist", self.wal_dir.display())
-            }
+            // Not there yet: the shipper waits for it (`wal_dir_missing` warns).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => bail!(
                 "key \"wal-dir\": cannot read {}: {e}",
                 self.wal_dir.display()
@@ -1253,11 +1262,10 @@ ship-unsynced = true
             wal_dir: dir.path().join("wal"),
             ..ShipperConfig::default()
         };
-        let e = format!("{:#}", s.validate().unwrap_err());
-        assert!(
-            e.contains("key \"wal-dir\"") && e.contains("does not exist"),
-            "{e}"
-        );
+        // Missing: valid, with a warning (the shipper waits for it).
+        s.validate().unwrap();
+        let w = s.wal_dir_missing().unwrap();
+        assert!(w.contains("key \"wal-dir\"") && w.contains("waits"), "{w}");
         std::fs::write(dir.path().join("wal"), "x").unwrap();
         let e = format!("{:#}", s.validate().unwrap_err());
         assert!(
@@ -1267,6 +1275,7 @@ ship-unsynced = true
         std::fs::remove_file(dir.path().join("wal")).unwrap();
         std::fs::create_dir(dir.path().join("wal")).unwrap();
         s.validate().unwrap();
+        assert_eq!(s.wal_dir_missing(), None);
         s.reconnect_max = Duration::from_millis(1);
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("reconnect-max"));
         s.reconnect_max = Duration::from_secs(5);

@@ -13,6 +13,7 @@ pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod load;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

@@ -77,7 +77,7 @@ fn body() -> impl Strategy<Value = Body> {
         (txn(), trx(), ops()).prop_map(|(txn, trx_id, ops)| Body::Intent { txn, trx_id, ops }),
         (
             txn(),
-            prop::collection::vec(tablet_id(), 0..6),
+            prop::collection::vec(tablet_id(), 1..6),
             trx(),
             gtid()
         )
@@ -108,10 +108,15 @@ fn read_back(root: &std::path::Path) -> Vec<(WalPos, Record)> {
 fn expect_too_large(e: Error, what: &str, len: usize, max: usize) {
     match e {
         Error::TooLarge {
+            tablet: t,
             what: w,
             len: l,
             max: m,
-        } => assert_eq!((w, l, m), (what, len, max)),
+        } => {
+            assert_eq!((w, l, m), (what, len, max));
+            // The writer names the tablet it refused the record for.
+            assert_eq!(t, Some(tablet()));
+        }
         other => panic!("expected TooLarge {what}, got {other}"),
     }
 }
