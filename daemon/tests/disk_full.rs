@@ -264,6 +264,7 @@ fn a_segment_that_cannot_be_preallocated_shows_its_tablet_with_a_clear_error() {
         !srow["error"].as_str().unwrap().contains("already shipped"),
         "{srow}"
     );
+    assert_ne!(srow["state"], "refused", "{srow}");
     // A consistent read says what holds the tablet, not only that it has not reported.
     let (code, v) = api(&c.applier_sock, "GET", "/v1/kv/d0/k00000").unwrap();
     assert_eq!(code, 503, "{v}");
