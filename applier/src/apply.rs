@@ -921,6 +921,8 @@ impl TabletLoop {
     /// Applies the ready parts and at most one batch of the received log (after a hold,
     /// or once the store was reopened, from the position the store holds).
     fn step(&mut self) -> Result<Step> {
+        // Also while holding: a worker waiting for space is alive (the watchdog looks).
+        self.sh.heartbeat.beat();
         if let Some(wait) = self.resume()? {
             return Ok(Step::Idle(wait));
         }

@@ -1124,7 +1124,7 @@ fn writer_thread(
             continue;
         }
         // Frames read just before a pause are held here until it ends (or shutdown).
-        let _gate = loop {
+        let gate = loop {
             let g = lock(&ti.write_gate);
             if !ti.paused.load(Ordering::SeqCst) || ti.stop.load(Ordering::SeqCst) {
                 break g;
@@ -1231,6 +1231,8 @@ fn writer_thread(
                 // from the durable end once the tablet takes streams again.
                 let _ = w.rollback();
                 disk_full(&ti, &out, msg);
+                // Nothing is written while waiting: a pause need not wait for the space.
+                drop(gate);
                 if !wait_for_space(&ti, queue, &log) {
                     break 'run;
                 }
