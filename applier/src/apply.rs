@@ -63,6 +63,7 @@ use tidelog_wal::{
 };
 
 use crate::consistency::Consistency;
+use crate::disk::Backoff;
 use crate::doorbell::Doorbell;
 use crate::error::{Error, Result};
 use crate::intake::IntakeActivity;
@@ -166,6 +167,9 @@ struct Shared {
     /// Wakes `wait_applied` callers after each batch and when the worker ends.
     progress_cv: Condvar,
     fault: Mutex<Option<ApplyFault>>,
+    /// What the worker holds on while it runs: a full disk or a store being reopened
+    /// ([`Error::is_retryable`]). Cleared once it applies again.
+    held: Mutex<Option<ApplyFault>>,
     /// Beats once per loop iteration (each bounded by `poll_interval` when idle).
     heartbeat: Heartbeat,
     /// Records applied by this worker below [`ApplyConfig::count_below`].
@@ -220,8 +224,17 @@ impl Shared {
         }
     }
 
+    /// The fault that stopped the worker, else the one it holds on.
     fn fault(&self) -> Option<ApplyFault> {
-        self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .or_else(|| self.held())
+    }
+
+    fn held(&self) -> Option<ApplyFault> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Wakes the worker (more to read, ready parts, or stop).
@@ -248,9 +261,15 @@ impl ApplyFault {
 
 impl std::fmt::Display for ApplyFault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A full disk does not stop the tablet: it waits there and goes on by itself.
+        let how = if self.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
         write!(
             f,
-            "apply stopped at received-log position {}: {}",
+            "apply {how} at received-log position {}: {}",
             self.pos, self.error
         )
     }
@@ -526,6 +545,12 @@ fn lane_main(lane: &Lane) {
                     kept += 1;
                     true
                 }
+                Ok(Err(e)) if e.is_retryable() => {
+                    // A full disk: nothing of the batch took effect; tried again later.
+                    sleep = sleep.min(t.hold(e));
+                    kept += 1;
+                    true
+                }
                 Ok(Err(e)) => {
                     t.finish(Err(e), lane);
                     false
@@ -616,7 +641,14 @@ impl ApplyWorker {
                 "apply config needs positive batch limits and poll interval: {cfg:?}"
             )));
         }
-        let meta = store.tablet(&tablet)?.unwrap_or_default();
+        let generation = store.generation();
+        // A store that takes no writes now (a full disk, a reopen in progress): the worker
+        // starts holding, and reads its position from the store once it can.
+        let (meta, held) = match store.tablet(&tablet) {
+            Ok(m) => (m.unwrap_or_default(), None),
+            Err(e) if e.is_retryable() => (crate::store::TabletMeta::default(), Some(e)),
+            Err(e) => return Err(e),
+        };
         let (own, lane) = match &cfg.threads {
             Some(t) => (None, t.pick()),
             None => {
@@ -635,6 +667,10 @@ impl ApplyWorker {
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             fault: Mutex::new(None),
+            held: Mutex::new(held.map(|e| ApplyFault {
+                pos: WalPos::ZERO,
+                error: Arc::new(e),
+            })),
             heartbeat: Heartbeat::new(),
             records_below: AtomicU64::new(0),
             applied_records: AtomicU64::new(0),
@@ -663,6 +699,13 @@ impl ApplyWorker {
             dirty: false,
             last_persist: Instant::now(),
             warned: false,
+            generation,
+            retry: shared.held().is_some().then(|| {
+                let mut b = Backoff::default();
+                b.reset();
+                b
+            }),
+            refill_from: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);
         lane.inbox
@@ -728,12 +771,24 @@ impl ApplyWorker {
         self.shared.running.load(Ordering::Acquire)
     }
 
-    /// The error that stopped the worker, if any.
-    pub fn error(&self) -> Option<Arc<Error>> {
-        self.fault().map(|f| f.error)
+    /// What the worker holds on while it still runs: a full disk (naming its path) or a
+    /// store being reopened. It applies again on its own once that ends.
+    pub fn held(&self) -> Option<ApplyFault> {
+        self.shared.held()
     }
 
-    /// Why and where the worker stopped, if an error stopped it.
+    /// The error that stopped the worker, if any.
+    pub fn error(&self) -> Option<Arc<Error>> {
+        self.shared
+            .fault
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|f| f.error.clone())
+    }
+
+    /// Why and where the worker stopped, if an error stopped it; else what it holds on
+    /// while it runs ([`ApplyWorker::held`]).
     pub fn fault(&self) -> Option<ApplyFault> {
         self.shared.fault()
     }
@@ -840,50 +895,175 @@ struct TabletLoop {
     last_persist: Instant,
     /// Warned that the log is missing although records were applied.
     warned: bool,
+    /// The store's generation this loop's positions were read from (see
+    /// [`Store::generation`]): a reopened store is read again.
+    generation: u64,
+    /// While the worker holds ([`Shared::held`]): when to try again.
+    retry: Option<Backoff>,
+    /// While the received log ends below the apply position: its end when that was logged.
+    refill_from: Option<WalPos>,
+}
+
+/// Where the received log stands for the apply position.
+enum LogState {
+    /// The reader is open at the apply position (or further).
+    Open,
+    /// The log does not exist yet.
+    Missing,
+    /// The log ends at `end`, below the apply position: it lost its tail (a truncated
+    /// segment, cut at its last valid record when the intake opened it, as the source's
+    /// WAL is) and the intake is receiving it again. Records below the apply position are
+    /// in the store already; applying goes on once the log reaches that position.
+    Behind { end: WalPos },
 }
 
 impl TabletLoop {
-    /// Applies the ready parts and at most one batch of the received log.
+    /// Applies the ready parts and at most one batch of the received log (after a hold,
+    /// or once the store was reopened, from the position the store holds).
     fn step(&mut self) -> Result<Step> {
+        // Also while holding: a worker waiting for space is alive (the watchdog looks).
+        self.sh.heartbeat.beat();
+        if let Some(wait) = self.resume()? {
+            return Ok(Step::Idle(wait));
+        }
+        let step = self.step_inner()?;
+        if self.retry.take().is_some() {
+            *self.sh.held.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            tracing::info!(applied_pos = %self.sh.applied_pos.load(), "apply resumed");
+        }
+        Ok(step)
+    }
+
+    /// Holds on a retryable error `e`: kept for status, logged once per change; returns
+    /// when to look again.
+    fn hold(&mut self, e: Error) -> Duration {
+        let mut held = self.sh.held.lock().unwrap_or_else(|p| p.into_inner());
+        if held
+            .as_ref()
+            .is_none_or(|h| h.error.to_string() != e.to_string())
+        {
+            tracing::warn!(applied_pos = %self.sh.applied_pos.load(),
+                "apply holds: {e}; it resumes on its own once that ends");
+        }
+        *held = Some(ApplyFault {
+            pos: self.sh.applied_pos.load(),
+            error: Arc::new(e),
+        });
+        self.retry.get_or_insert_with(Backoff::default).failed()
+    }
+
+    /// Before a step: `Some(wait)` while the worker must wait (held, and its retry is not
+    /// due; or the store was reopened and the safe-time core not yet rebuilt from it).
+    /// Otherwise, when the store was reopened or a retry is due, reads the tablet's apply
+    /// position and safe time back from the store, as a restart would, and drops the
+    /// readers: nothing in memory is trusted over what the store holds.
+    fn resume(&mut self) -> Result<Option<Duration>> {
+        let generation = self.store.generation();
+        let reopened = generation != self.generation;
+        if reopened {
+            let core_behind = self
+                .cfg
+                .consistency
+                .as_ref()
+                .is_some_and(|c| c.store_generation() != generation);
+            if core_behind {
+                return Ok(Some(Duration::from_millis(10)));
+            }
+        } else if let Some(r) = &self.retry {
+            if !r.due() {
+                return Ok(Some(r.left()));
+            }
+        } else {
+            return Ok(None);
+        }
+        let meta = self.store.tablet(&self.sh.tablet)?.unwrap_or_default();
+        self.reader = None;
+        self.parts_reader = None;
+        if reopened {
+            // What was applied `Buffered` is in the reopened store (its journal was read
+            // back); nothing is left to persist from the old one.
+            self.dirty = false;
+        }
+        self.generation = generation;
+        self.sh.safe_time.store(meta.safe_time.0, Ordering::Release);
+        self.sh.publish(meta.applied_pos, meta.safe_time);
+        Ok(None)
+    }
+
+    /// Opens the reader of the tablet's received log at the apply position, unless the log
+    /// does not exist yet or ends below that position (see [`LogState`]).
+    fn open_reader(&mut self) -> Result<LogState> {
         let (sh, cfg) = (&self.sh, &self.cfg);
         let tablet = &sh.tablet;
         let wal = |source| Error::Wal {
             tablet: tablet.clone(),
             source,
         };
-        sh.heartbeat.beat();
+        let log_dir = self.root.join(tablet.as_str());
+        if !log_ready(&log_dir)? {
+            if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
+                // The store applied this tablet before, yet its log is gone.
+                tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
+                    "received log missing although records were applied; waiting for it");
+                self.warned = true;
+            }
+            return Ok(LogState::Missing);
+        }
+        let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
+        match cfg.reads {
+            ReceivedReads::Buffered => {}
+            ReceivedReads::Direct => r.set_direct_io(true),
+            ReceivedReads::DirectBacklogs => {
+                r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
+            }
+        }
+        let from = sh.applied_pos.load();
+        // A tablet that applied nothing starts at the log's oldest record.
+        if from != WalPos::ZERO {
+            if let Some(end) = r.end().filter(|end| *end < from) {
+                return Ok(LogState::Behind { end });
+            }
+            r.seek(from).map_err(wal)?;
+        }
+        tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
+        self.reader = Some(r);
+        Ok(LogState::Open)
+    }
+
+    /// [`TabletLoop::step`] itself.
+    fn step_inner(&mut self) -> Result<Step> {
+        self.sh.heartbeat.beat();
+        let log = match &self.reader {
+            Some(_) => LogState::Open,
+            None => self.open_reader()?,
+        };
+        if let LogState::Behind { end } = log {
+            // Ready parts wait too: their intents lie below the apply position.
+            let from = self.sh.applied_pos.load();
+            if self.refill_from.is_none() {
+                tracing::warn!(%from, received_end = %end,
+                    "the received log ends below the apply position: it lost its tail (cut \
+                     at its last valid record when it was opened) and the shipper is sending \
+                     it again; applying goes on from {from} once it gets there");
+                self.refill_from = Some(end);
+            }
+            return Ok(Step::Idle(self.cfg.poll_interval));
+        }
+        if self.refill_from.take().is_some() {
+            tracing::info!(from = %self.sh.applied_pos.load(), "the received log was refilled to the apply position");
+        }
+        let (sh, cfg) = (&self.sh, &self.cfg);
+        let tablet = &sh.tablet;
+        let wal = |source| Error::Wal {
+            tablet: tablet.clone(),
+            source,
+        };
         if let Some(c) = &cfg.consistency {
             apply_ready_parts(tablet, &self.store, c, &self.root, &mut self.parts_reader)?;
         }
-        let r = match &mut self.reader {
-            Some(r) => r,
-            None => {
-                let log_dir = self.root.join(tablet.as_str());
-                if !log_ready(&log_dir)? {
-                    if !self.warned && sh.applied_pos.load() != WalPos::ZERO {
-                        // The store applied this tablet before, yet its log is gone.
-                        tracing::warn!(dir = %log_dir.display(), applied_pos = %sh.applied_pos.load(),
-                            "received log missing although records were applied; waiting for it");
-                        self.warned = true;
-                    }
-                    return Ok(Step::Idle(cfg.poll_interval));
-                }
-                let mut r = Reader::open(&self.root, tablet, ReadLimit::Durable).map_err(wal)?;
-                match cfg.reads {
-                    ReceivedReads::Buffered => {}
-                    ReceivedReads::Direct => r.set_direct_io(true),
-                    ReceivedReads::DirectBacklogs => {
-                        r.set_direct_backlog_reads(Some(crate::intake::RECEIVED_CACHE_KEEP))
-                    }
-                }
-                let from = sh.applied_pos.load();
-                // A tablet that applied nothing starts at the log's oldest record.
-                if from != WalPos::ZERO {
-                    r.seek(from).map_err(wal)?;
-                }
-                tracing::info!(from = %Reader::position(&r), "apply worker reading the received log");
-                self.reader.insert(r)
-            }
+        let Some(r) = self.reader.as_mut() else {
+            // No log yet.
+            return Ok(Step::Idle(cfg.poll_interval));
         };
         let batch = &mut self.batch;
         batch.clear();

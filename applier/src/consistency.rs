@@ -103,6 +103,12 @@ pub struct Consistency {
     cutting: AtomicBool,
     /// Beats once per publisher iteration (at least every 50 ms).
     heartbeat: Heartbeat,
+    /// The tablets that must report before the safe time is initialized (`expect-tablets`).
+    expected: Vec<TabletId>,
+    /// The store generation the core was built from ([`Store::generation`]): after a
+    /// reopen of the store the core is built again from it, and the apply workers wait
+    /// for that before they apply.
+    generation: AtomicU64,
     /// Records (not heartbeats) applied at or below the published safe time: only a tablet
     /// that registered after the safe time passed its records can have them (see
     /// [`Consistency::check_below_safe_time`]).
@@ -111,6 +117,28 @@ pub struct Consistency {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A core built from the store: its tablets and their applied safe times (and `known`
+/// ones, registered with none yet), and its pending commits with the parts already applied.
+fn core_from(
+    store: &Store,
+    expected: &[TabletId],
+    known: impl IntoIterator<Item = TabletId>,
+) -> Result<Core> {
+    let mut core = Core::new(expected.iter().cloned());
+    for t in known {
+        core.register(&t, HybridTime::MIN);
+    }
+    for (t, m) in store.tablets()? {
+        core.register(&t, m.safe_time);
+    }
+    for (txn, st) in store.pending_txns()? {
+        if let Some(c) = &st.commit {
+            core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
+        }
+    }
+    Ok(core)
 }
 
 impl Consistency {
@@ -191,15 +219,8 @@ impl Consistency {
         expected: Vec<TabletId>,
         cut: Option<HybridTime>,
     ) -> Result<Arc<Consistency>> {
-        let mut core = Core::new(expected);
-        for (t, m) in store.tablets()? {
-            core.register(&t, m.safe_time);
-        }
-        for (txn, st) in store.pending_txns()? {
-            if let Some(c) = &st.commit {
-                core.commit(txn, c.commit_ht, &c.participants, &st.applied_parts);
-            }
-        }
+        let generation = store.generation();
+        let core = core_from(&store, &expected, std::iter::empty())?;
         let persisted = match cut {
             Some(c) => c,
             None => store.global_safe_time()?.unwrap_or_default(),
@@ -218,9 +239,37 @@ impl Consistency {
             cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
             cutting: AtomicBool::new(false),
             heartbeat: Heartbeat::new(),
+            expected,
+            generation: AtomicU64::new(generation),
             below_safe_time: AtomicU64::new(0),
         });
         Ok(c)
+    }
+
+    /// The store generation the core reflects (see the `generation` field).
+    pub fn store_generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// After a reopen of the store: builds the core again from what the reopened store
+    /// holds, as at start (tablets known to the old core count as registered), and wakes
+    /// every worker to read its position back. The published safe time stays: every batch
+    /// it covers was committed, so the reopened store holds it.
+    fn rebuild(&self) -> Result<()> {
+        let generation = self.store.generation();
+        let known: Vec<TabletId> = lock(&self.core).tablets().map(|(t, _)| t.clone()).collect();
+        let core = core_from(&self.store, &self.expected, known)?;
+        *lock(&self.core) = core;
+        self.generation.store(generation, Ordering::Release);
+        let published = self.global.load(Ordering::Acquire);
+        if published > 0 {
+            self.store
+                .raise_global_safe_time(HybridTime(published), Durability::Buffered)?;
+        }
+        for wake in lock(&self.wakers).0.values() {
+            wake();
+        }
+        Ok(())
     }
 
     /// Registers tablet `t`'s worker: `wake` is called when parts become ready for it.
@@ -532,11 +581,38 @@ impl Consistency {
     }
 
     fn publisher_loop(&self) {
+        // The last failure logged (each change once, not each retry).
+        let mut failing: Option<String> = None;
+        let mut report = |r: std::result::Result<(), String>| match (r, &failing) {
+            (Ok(()), Some(_)) => {
+                tracing::info!("safe time: store writes resumed");
+                failing = None;
+            }
+            (Err(e), last) if last.as_deref() != Some(e.as_str()) => {
+                tracing::error!("safe time held: {e}; retrying");
+                failing = Some(e);
+            }
+            _ => {}
+        };
         loop {
             self.heartbeat.beat();
             self.signal.wait(Duration::from_millis(50), || {
                 self.stop.load(Ordering::SeqCst)
             });
+            if self.store.generation() != self.store_generation() {
+                match self.rebuild() {
+                    Ok(()) => tracing::info!(
+                        generation = self.store_generation(),
+                        "safe-time core rebuilt from the reopened store"
+                    ),
+                    Err(e) => {
+                        report(Err(format!(
+                            "rebuilding the core after a store reopen: {e}"
+                        )));
+                        continue;
+                    }
+                }
+            }
             let candidate = match lock(&self.core).safe_time() {
                 SafeTime::At { ht, .. } => Some(ht),
                 SafeTime::Uninitialized { .. } | SafeTime::NoTablets => None,
@@ -557,13 +633,15 @@ impl Consistency {
                             "slow store write before publishing the safe time"
                         );
                     }
-                    match r {
-                        Ok(_) => {
-                            let before = self.global.fetch_max(ht.0, Ordering::Release);
-                            self.visible_age.record_age(ht);
-                            self.waiters.advanced(before.max(ht.0));
-                        }
-                        Err(e) => tracing::error!("writing safe time {ht}: {e}"),
+                    report(
+                        r.as_ref()
+                            .map(|_| ())
+                            .map_err(|e| format!("writing safe time {ht}: {e}")),
+                    );
+                    if r.is_ok() {
+                        let before = self.global.fetch_max(ht.0, Ordering::Release);
+                        self.visible_age.record_age(ht);
+                        self.waiters.advanced(before.max(ht.0));
                     }
                 }
             }

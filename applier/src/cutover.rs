@@ -39,7 +39,7 @@ pub fn now_us() -> u64 {
 /// Computes the report of cutover `c` from the store: lost commits by gtid sequence, the
 /// window from the cut to the newest commit received, per-tablet safe time and lag.
 pub fn compute_report(store: &Store, c: &Cutover) -> Result<CutoverReport> {
-    let bl = store.binlog();
+    let bl = store.binlog()?;
     let lost_commits = bl.commits_above(c.cut)?;
     let lost_window_ms = bl.last_commit_ht()?.filter(|h| *h > c.cut).map_or(0, |h| {
         (h.physical_micros() - c.cut.physical_micros()) / 1000
@@ -116,9 +116,24 @@ impl Cleanup {
             .name("cutover-cleanup".into())
             .spawn(move || {
                 let t0 = Instant::now();
+                // While the store takes no writes (a full disk): retried with backoff.
+                let mut held: Option<crate::disk::Backoff> = None;
                 while !s.load(Ordering::SeqCst) {
                     match store.cutover_cleanup_step(CLEANUP_STEP) {
+                        Err(e) if e.is_retryable() => {
+                            if held.is_none() {
+                                tracing::warn!("cutover clean-up holds: {e}; it goes on once the store takes writes again");
+                            }
+                            let until = Instant::now()
+                                + held.get_or_insert_with(Default::default).failed();
+                            while Instant::now() < until && !s.load(Ordering::SeqCst) {
+                                std::thread::sleep(std::time::Duration::from_millis(50));
+                            }
+                        }
                         Ok((scanned, removed, done)) => {
+                            if held.take().is_some() {
+                                tracing::info!("cutover clean-up goes on");
+                            }
                             p.scanned.fetch_add(scanned as u64, Ordering::Relaxed);
                             p.removed.fetch_add(removed as u64, Ordering::Relaxed);
                             p.elapsed_us

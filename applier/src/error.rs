@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use tidelog_wal::{TabletId, WalPos};
 
+use crate::disk::DiskFull;
 use crate::keys::KeyError;
 
 /// Result alias for the store and the apply stage.
@@ -92,6 +93,16 @@ pub enum Error {
     /// The worker was stopped or its thread died.
     #[error("apply worker for tablet {0} is shut down")]
     Shutdown(TabletId),
+
+    /// The device is full: a write failed and nothing of it took effect. Retried once space
+    /// returns, with no restart (the store is reopened if it has to be).
+    #[error("{0}")]
+    DiskFull(DiskFull),
+
+    /// The store takes no writes for now: a write failed (fjall then refuses every later
+    /// one) or it is being reopened. Retried.
+    #[error("store {path} is unavailable: {reason}")]
+    Unavailable { path: PathBuf, reason: String },
 }
 
 /// The state of a tablet whose apply stage stopped on a record it cannot apply
@@ -99,15 +110,37 @@ pub enum Error {
 pub const RECORD_REJECTED: &str = "record_rejected";
 /// The state of a tablet whose apply stage stopped with any other error.
 pub const APPLY_FAILED: &str = "apply_failed";
+/// The state of a tablet whose apply stage waits for space ([`Error::DiskFull`]); it
+/// applies again on its own once there is.
+pub const DISK_FULL: &str = "disk_full";
+/// The state of a tablet whose apply stage waits for the store to be reopened after a
+/// failed write that was not for lack of space ([`Error::Unavailable`]).
+pub const STORE_UNAVAILABLE: &str = "store_unavailable";
 /// Every state [`Error::tablet_state`] names (the metrics export each).
-pub const APPLY_STATES: [&str; 2] = [RECORD_REJECTED, APPLY_FAILED];
+pub const APPLY_STATES: [&str; 4] = [RECORD_REJECTED, APPLY_FAILED, DISK_FULL, STORE_UNAVAILABLE];
 
 impl Error {
-    /// The state a tablet shows in status and metrics once its apply stage stopped with
-    /// this error: one of [`APPLY_STATES`].
+    /// A full disk or a store that is being reopened: the work is retried later, nothing
+    /// was lost.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::DiskFull(_) | Error::Unavailable { .. })
+    }
+
+    /// The full disk this error reports, if it does.
+    pub fn disk_full(&self) -> Option<&DiskFull> {
+        match self {
+            Error::DiskFull(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The state a tablet shows in status and metrics once its apply stage stopped (or
+    /// holds) with this error: one of [`APPLY_STATES`].
     pub fn tablet_state(&self) -> &'static str {
         match self {
             Error::Rejected { .. } => RECORD_REJECTED,
+            Error::DiskFull(_) => DISK_FULL,
+            Error::Unavailable { .. } => STORE_UNAVAILABLE,
             _ => APPLY_FAILED,
         }
     }

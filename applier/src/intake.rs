@@ -144,17 +144,22 @@ pub enum TabletState {
     Paused = 4,
     /// Frames refused: their hts are beyond this host's clock plus `max-clock-skew`.
     ClockSkew = 5,
+    /// The received log cannot be written for lack of space (the error names the path):
+    /// intake stopped, nothing of the frames in question acked; it resumes on its own once
+    /// space returns.
+    DiskFull = 6,
 }
 
 impl TabletState {
     /// Every state (the metrics export each).
-    pub const ALL: [TabletState; 6] = [
+    pub const ALL: [TabletState; 7] = [
         TabletState::Disconnected,
         TabletState::Streaming,
         TabletState::NeedsBootstrap,
         TabletState::Failed,
         TabletState::Paused,
         TabletState::ClockSkew,
+        TabletState::DiskFull,
     ];
 
     pub fn name(self) -> &'static str {
@@ -165,6 +170,7 @@ impl TabletState {
             TabletState::Failed => "failed",
             TabletState::Paused => "paused",
             TabletState::ClockSkew => "clock_skew",
+            TabletState::DiskFull => "disk_full",
         }
     }
     fn from_u8(v: u8) -> TabletState {
@@ -174,6 +180,7 @@ impl TabletState {
             3 => TabletState::Failed,
             4 => TabletState::Paused,
             5 => TabletState::ClockSkew,
+            6 => TabletState::DiskFull,
             _ => TabletState::Disconnected,
         }
     }
@@ -311,6 +318,8 @@ pub struct TabletIntake {
     durable: watch::Receiver<Durable>,
     thread: Mutex<Option<JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
+    /// `last_error` is set (read on every frame without taking its lock).
+    has_error: AtomicBool,
     /// Why the last data frame was refused for clock skew, until one passes the check.
     skew: Mutex<Option<String>>,
     /// Set at shutdown: the writer thread finishes its queue and exits.
@@ -367,7 +376,8 @@ impl TabletIntake {
             return TabletState::Paused;
         }
         let st = TabletState::from_u8(self.state.load(Ordering::Relaxed));
-        if st != TabletState::Failed && lock(&self.skew).is_some() {
+        if !matches!(st, TabletState::Failed | TabletState::DiskFull) && lock(&self.skew).is_some()
+        {
             return TabletState::ClockSkew;
         }
         st
@@ -415,6 +425,41 @@ impl TabletIntake {
     /// How old each durable group's newest record was when it became durable.
     pub fn received_age(&self) -> HistogramSnapshot {
         self.received_age.snapshot()
+    }
+
+    /// Records `e` as the tablet's error (status shows it until the condition ends).
+    fn set_error(&self, e: impl Into<String>) {
+        *lock(&self.last_error) = Some(e.into());
+        self.has_error.store(true, Ordering::Release);
+    }
+
+    /// The error shown so far no longer holds.
+    fn clear_error(&self) {
+        if self.has_error.swap(false, Ordering::AcqRel) {
+            *lock(&self.last_error) = None;
+        }
+    }
+
+    /// A stream delivered a frame or keep-alive: the shipper ships again, so what it
+    /// reported before (`needs_bootstrap`) or a stream that was refused is over. A failed or
+    /// full received log keeps its error: that ends only on the writer's side.
+    fn shipping_again(&self) {
+        let st = TabletState::from_u8(self.state.load(Ordering::Relaxed));
+        if matches!(st, TabletState::Failed | TabletState::DiskFull) {
+            return;
+        }
+        if st == TabletState::NeedsBootstrap {
+            let _ = self.state.compare_exchange(
+                TabletState::NeedsBootstrap as u8,
+                TabletState::Streaming as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+        if self.has_error.load(Ordering::Acquire) {
+            tracing::info!(tablet = %self.tablet, "shipping again: earlier error cleared");
+            self.clear_error();
+        }
     }
 
     /// Counts a refused frame; `checksum` when a checksum did not match.
@@ -731,12 +776,35 @@ impl Shared {
         if let Some(ti) = map.get(t) {
             return Ok(ti.clone());
         }
-        let root = self.opts.data_dir.join("received");
-        let wopts = self.opts.wal_options(self.direct_io);
-        let writer = Writer::open(&root, t, wopts)
-            .with_context(|| format!("opening the received log of tablet {t}"))?;
-        let start = writer.written_pos();
-        let start_ht = writer.last_ht().unwrap_or_default();
+        let log = ReceivedLog {
+            root: self.opts.data_dir.join("received"),
+            tablet: t.clone(),
+            opts: self.opts.wal_options(self.direct_io),
+        };
+        // A log that cannot be created for lack of space still makes a tablet, shown with
+        // the path and the space it needs; its writer thread opens the log once there is.
+        let (writer, initial_error) = match log.open() {
+            Ok(w) => (Some(w), None),
+            Err(e) => match log.no_space(&e) {
+                Some(msg) => {
+                    tracing::error!(tablet = %t, "received log: {msg}; intake waits for space");
+                    (None, Some(msg))
+                }
+                None => {
+                    return Err(anyhow::Error::from(e)
+                        .context(format!("opening the received log of tablet {t}")))
+                }
+            },
+        };
+        let start = writer.as_ref().map_or(WalPos::ZERO, Writer::written_pos);
+        let start_ht = writer
+            .as_ref()
+            .and_then(Writer::last_ht)
+            .unwrap_or_default();
+        let state = match writer {
+            Some(_) => TabletState::Disconnected,
+            None => TabletState::DiskFull,
+        };
         let queue = Arc::new(FrameQueue::new(self.opts.queue_frames));
         let (dtx, drx) = watch::channel(Durable {
             pos: start,
@@ -747,7 +815,7 @@ impl Shared {
             tablet: t.clone(),
             opened_at: start,
             owner: Mutex::new(None),
-            state: AtomicU8::new(TabletState::Disconnected as u8),
+            state: AtomicU8::new(state as u8),
             paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),
             received_pos: AtomicU64::new(start.0),
             safe_time: AtomicU64::new(start_ht.0),
@@ -757,7 +825,8 @@ impl Shared {
             queue: queue.clone(),
             durable: drx,
             thread: Mutex::new(None),
-            last_error: Mutex::new(None),
+            last_error: Mutex::new(initial_error.clone()),
+            has_error: AtomicBool::new(initial_error.is_some()),
             skew: Mutex::new(None),
             stop: AtomicBool::new(false),
             heartbeat: Heartbeat::new(),
@@ -770,7 +839,7 @@ impl Shared {
         let sync = self.opts.sync;
         let h = std::thread::Builder::new()
             .name(format!("recv-{t}"))
-            .spawn(move || writer_thread(writer, &queue, dtx, ti2, shared, sync))
+            .spawn(move || writer_thread(writer, log, &queue, dtx, ti2, shared, sync))
             .context("spawning a writer thread")?;
         *lock(&ti.thread) = Some(h);
         map.insert(t.clone(), ti.clone());
@@ -826,8 +895,197 @@ impl Shared {
     }
 }
 
+/// Recovers every received log under `data_dir/received/` as opening it for writing does
+/// (a torn tail, e.g. a segment truncated while the applier was down, is cut at its last
+/// valid record; `wal/FORMAT.md`), before anything reads them: the store rebuilds what it
+/// keeps in memory from them when it opens, and must see them as the intake will write on.
+/// A log that cannot be opened for lack of space is left to the intake (its tablet shows
+/// `disk_full`).
+pub fn recover_received_logs(opts: &IntakeOptions) -> Result<()> {
+    let root = opts.data_dir.join("received");
+    if !root.is_dir() {
+        return Ok(());
+    }
+    let wopts = opts.wal_options(false);
+    for t in tidelog_wal::reader::list_tablets(&root)
+        .with_context(|| format!("listing {}", root.display()))?
+    {
+        let log = ReceivedLog {
+            root: root.clone(),
+            tablet: t.clone(),
+            opts: wopts.clone(),
+        };
+        match log.open() {
+            Ok(w) => {
+                let cut = w.recovery_report().dropped_bytes;
+                w.close()
+                    .with_context(|| format!("closing the received log of tablet {t}"))?;
+                if cut > 0 {
+                    tracing::warn!(tablet = %t, dropped_bytes = cut,
+                        "received log: a torn tail was cut at the last valid record; the shipper sends it again");
+                }
+            }
+            Err(e) if log.no_space(&e).is_some() => {}
+            Err(e) => {
+                return Err(anyhow::Error::from(e)
+                    .context(format!("recovering the received log of tablet {t}")))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One tablet's received log: where it lives and how it is opened.
+#[derive(Debug)]
+struct ReceivedLog {
+    root: PathBuf,
+    tablet: TabletId,
+    opts: WalOptions,
+}
+
+impl ReceivedLog {
+    fn open(&self) -> tidelog_wal::Result<Writer> {
+        Writer::open(&self.root, &self.tablet, self.opts.clone())
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.root.join(self.tablet.as_str())
+    }
+
+    /// Bytes that must be free before writing is tried again: a whole segment (the next
+    /// write may have to preallocate one).
+    fn space_needed(&self) -> u64 {
+        self.opts.segment_size
+    }
+
+    /// The message of `e` when it failed for lack of space ("no space left on device at
+    /// <path>: …"); `None` for any other failure.
+    fn no_space(&self, e: &tidelog_wal::Error) -> Option<String> {
+        let path = crate::disk::wal_no_space(e)?;
+        let dir = path.parent().unwrap_or(path);
+        let op = match e {
+            tidelog_wal::Error::Io { op, .. } => *op,
+            _ => "write",
+        };
+        Some(match op {
+            "preallocate" | "set length of" => {
+                let free = crate::disk::free_bytes(dir)
+                    .map_or_else(|_| "?".to_string(), |f| f.to_string());
+                format!(
+                    "no space left on device at {}: segment cannot be preallocated: needs {} bytes, {free} free at {}",
+                    path.display(),
+                    self.space_needed(),
+                    dir.display()
+                )
+            }
+            op => crate::disk::no_space_message(path, &format!("{op} of the received log")),
+        })
+    }
+}
+
+/// Why a group of frames could not be made durable.
+enum Failure {
+    /// The device is full: retried once space returns.
+    NoSpace(String),
+    Other(String),
+}
+
+/// Stops the tablet's intake for a full disk: every stream of the tablet is ended with
+/// `disk_full` and `msg` (nothing unacked is lost: the shipper resends it), status shows
+/// the state and the message.
+fn disk_full(ti: &TabletIntake, out: &watch::Sender<Durable>, msg: String) {
+    let was = ti.state.swap(TabletState::DiskFull as u8, Ordering::SeqCst);
+    if was != TabletState::DiskFull as u8 {
+        tracing::error!(tablet = %ti.tablet, "received log: {msg}; intake stopped until space returns");
+    }
+    ti.set_error(msg.clone());
+    out.send_modify(|d| d.error = Some((0, "disk_full", msg)));
+}
+
+/// Waits until [`ReceivedLog::space_needed`] bytes are free, with backoff, dropping the
+/// frames that arrive meanwhile (never acked: the shipper sends them again). `false` when
+/// the intake stops first.
+fn wait_for_space(ti: &TabletIntake, queue: &FrameQueue<WriteReq>, log: &ReceivedLog) -> bool {
+    let mut backoff = crate::disk::Backoff::default();
+    let dir = log.dir();
+    let mut dropped = Vec::new();
+    loop {
+        if crate::disk::free_bytes(&dir).is_ok_and(|f| f >= log.space_needed()) {
+            return true;
+        }
+        let until = Instant::now() + backoff.failed();
+        loop {
+            ti.heartbeat.beat();
+            if ti.stop.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            dropped.clear();
+            queue.pop_into(left.min(Duration::from_millis(50)), &mut dropped, |_| true);
+        }
+    }
+}
+
+/// Space returned: the tablet takes streams again.
+fn space_back(ti: &TabletIntake, out: &watch::Sender<Durable>) {
+    let _ = ti.state.compare_exchange(
+        TabletState::DiskFull as u8,
+        TabletState::Disconnected as u8,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    ti.clear_error();
+    out.send_modify(|d| d.error = None);
+    tracing::info!(tablet = %ti.tablet, "received log writable again: intake resumes");
+}
+
+/// Opens the received log of a tablet created without one (no space for its first
+/// segment) once there is space. `None` when the intake stops first or the log fails
+/// for another reason (the tablet is then `failed`).
+fn open_when_space(
+    ti: &TabletIntake,
+    queue: &FrameQueue<WriteReq>,
+    out: &watch::Sender<Durable>,
+    log: &ReceivedLog,
+) -> Option<Writer> {
+    loop {
+        if !wait_for_space(ti, queue, log) {
+            return None;
+        }
+        match log.open() {
+            Ok(w) => {
+                let (pos, ht) = (w.written_pos(), w.last_ht().unwrap_or_default());
+                ti.received_pos.store(pos.0, Ordering::Release);
+                ti.safe_time.store(ht.0, Ordering::Release);
+                out.send_modify(|d| {
+                    d.pos = pos;
+                    d.safe_time = ht;
+                });
+                space_back(ti, out);
+                return Some(w);
+            }
+            Err(e) => match log.no_space(&e) {
+                Some(msg) => disk_full(ti, out, msg),
+                None => {
+                    let e = format!("opening the received log: {e}");
+                    tracing::error!(tablet = %ti.tablet, "{e}; intake stopped");
+                    ti.state.store(TabletState::Failed as u8, Ordering::SeqCst);
+                    ti.set_error(e.clone());
+                    out.send_modify(|d| d.error = Some((0, "io", e)));
+                    return None;
+                }
+            },
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn writer_thread(
-    mut w: Writer,
+    w: Option<Writer>,
+    log: ReceivedLog,
     queue: &FrameQueue<WriteReq>,
     out: watch::Sender<Durable>,
     ti: Arc<TabletIntake>,
@@ -835,6 +1093,16 @@ fn writer_thread(
     sync: SyncPolicy,
 ) {
     let tablet = ti.tablet.clone();
+    let mut w = match w {
+        Some(w) => w,
+        None => match open_when_space(&ti, queue, &out, &log) {
+            Some(w) => w,
+            None => {
+                queue.close();
+                return;
+            }
+        },
+    };
     let mut group: Vec<WriteReq> = Vec::new();
     // The stream whose frame was last refused: its stream is closed with that error, and
     // the frames it had queued behind the refused one are dropped unread (the shipper
@@ -856,7 +1124,7 @@ fn writer_thread(
             continue;
         }
         // Frames read just before a pause are held here until it ends (or shutdown).
-        let _gate = loop {
+        let gate = loop {
             let g = lock(&ti.write_gate);
             if !ti.paused.load(Ordering::SeqCst) || ti.stop.load(Ordering::SeqCst) {
                 break g;
@@ -872,7 +1140,7 @@ fn writer_thread(
         }
         let mut error = None;
         // An I/O error while staging: nothing of the group may be committed or acked.
-        let mut failure: Option<String> = None;
+        let mut failure: Option<Failure> = None;
         let mut n_records = 0u64;
         let mut n_bytes = 0u64;
         let mut largest = 0usize;
@@ -927,7 +1195,10 @@ fn writer_thread(
                 }
                 Err(e) => {
                     // I/O (e.g. rotating the segment): part of the frame may be staged.
-                    failure = Some(format!("appending to the received log: {e}"));
+                    failure = Some(match log.no_space(&e) {
+                        Some(msg) => Failure::NoSpace(msg),
+                        None => Failure::Other(format!("appending to the received log: {e}")),
+                    });
                 }
             }
         }
@@ -935,7 +1206,7 @@ fn writer_thread(
             SyncPolicy::None => SyncPolicy::None,
             _ => SyncPolicy::Always,
         };
-        let res = (|| -> std::result::Result<(), String> {
+        let res = (|| -> std::result::Result<(), Failure> {
             if let Some(f) = failure.take() {
                 return Err(f);
             }
@@ -944,18 +1215,40 @@ fn writer_thread(
                 if let Some(ms) = ms.and_then(|m| m.parse::<u64>().ok()) {
                     std::thread::sleep(Duration::from_millis(ms));
                 }
-                Err("failpoint intake::sync".to_string())
+                Err(Failure::Other("failpoint intake::sync".to_string()))
             });
-            w.commit(policy).map(|_| ()).map_err(|e| e.to_string())
+            w.commit(policy)
+                .map(|_| ())
+                .map_err(|e| match log.no_space(&e) {
+                    Some(msg) => Failure::NoSpace(msg),
+                    None => Failure::Other(e.to_string()),
+                })
         })();
-        if let Err(e) = res {
-            // Never ack what is not durable: stop this tablet's intake.
-            tracing::error!(tablet = %tablet, "received log write failed, intake stopped: {e}");
-            let _ = w.rollback();
-            ti.state.store(TabletState::Failed as u8, Ordering::SeqCst);
-            *lock(&ti.last_error) = Some(e.clone());
-            out.send_modify(|d| d.error = Some((0, "io", e)));
-            break 'run;
+        match res {
+            Ok(()) => {}
+            Err(Failure::NoSpace(msg)) => {
+                // Nothing of the group is acked; the streams end and the shipper resends
+                // from the durable end once the tablet takes streams again.
+                let _ = w.rollback();
+                disk_full(&ti, &out, msg);
+                // Nothing is written while waiting: a pause need not wait for the space.
+                drop(gate);
+                if !wait_for_space(&ti, queue, &log) {
+                    break 'run;
+                }
+                space_back(&ti, &out);
+                refused = None;
+                continue 'run;
+            }
+            Err(Failure::Other(e)) => {
+                // Never ack what is not durable: stop this tablet's intake.
+                tracing::error!(tablet = %tablet, "received log write failed, intake stopped: {e}");
+                let _ = w.rollback();
+                ti.state.store(TabletState::Failed as u8, Ordering::SeqCst);
+                ti.set_error(e.clone());
+                out.send_modify(|d| d.error = Some((0, "io", e)));
+                break 'run;
+            }
         }
         // What apply reads soon stays in the page cache; what lies further back was applied,
         // or is read in bulk around the cache (`ApplyConfig::direct_backlog_reads`), and its
@@ -974,7 +1267,7 @@ fn writer_thread(
             ti.received_age.record_age(ht);
         }
         if let Some((_, _, e)) = &error {
-            *lock(&ti.last_error) = Some(e.clone());
+            ti.set_error(e.clone());
         }
         out.send_modify(|d| {
             d.pos = pos;
@@ -1326,18 +1619,30 @@ async fn serve_tablet_stream(
         anyhow::bail!("{msg}");
     };
     let stream_id = shared.stream_ids.fetch_add(1, Ordering::Relaxed);
-    // A failed tablet stays failed (its writer thread is gone): refuse the stream.
+    // A failed tablet stays failed (its writer thread is gone), and one whose disk is full
+    // takes no stream until space returns: refuse the stream.
     let revived = ti
         .state
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| {
-            (s != TabletState::Failed as u8).then_some(TabletState::Streaming as u8)
+            (s != TabletState::Failed as u8 && s != TabletState::DiskFull as u8)
+                .then_some(TabletState::Streaming as u8)
         });
-    if revived.is_err() {
-        let reason = format!(
-            "the received log of tablet {tablet} failed, intake stopped: {}",
-            lock(&ti.last_error).clone().unwrap_or_default()
-        );
-        let _ = send.write_all(&wire::encode_error("io", &reason)).await;
+    if let Err(was) = revived {
+        let error = lock(&ti.last_error).clone().unwrap_or_default();
+        let (code, reason) = if was == TabletState::DiskFull as u8 {
+            (
+                "disk_full",
+                format!(
+                    "the target's disk is full, intake of tablet {tablet} waits for space: {error}"
+                ),
+            )
+        } else {
+            (
+                "io",
+                format!("the received log of tablet {tablet} failed, intake stopped: {error}"),
+            )
+        };
+        let _ = send.write_all(&wire::encode_error(code, &reason)).await;
         let _ = send.finish();
         let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
         anyhow::bail!("{reason}");
@@ -1453,7 +1758,7 @@ async fn receive_frames(
                     conn = conn_id,
                     "{reason}; stream closed, nothing of it written"
                 );
-                *lock(&ti.last_error) = Some(reason.clone());
+                ti.set_error(reason.clone());
                 let _ = errors.send(("corrupt_frame", reason.clone())).await;
                 std::future::pending::<()>().await;
                 return Ok(());
@@ -1476,7 +1781,7 @@ async fn receive_frames(
                         "frame for tablet {} at {} on the stream of tablet {tablet} expecting {expect}",
                         f.tablet, f.first_pos
                     );
-                    *lock(&ti.last_error) = Some(reason.clone());
+                    ti.set_error(reason.clone());
                     let _ = errors.send(("bad_position", reason)).await;
                     std::future::pending::<()>().await;
                 }
@@ -1503,6 +1808,7 @@ async fn receive_frames(
                     }
                     continue;
                 }
+                ti.shipping_again();
                 let req = WriteReq {
                     stream: stream_id,
                     first: f.first_pos,
@@ -1530,19 +1836,20 @@ async fn receive_frames(
             }
             (Message::KeepAlive(_), _) => {
                 ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
+                ti.shipping_again();
             }
             (Message::Error(e), _) => {
                 if e.code == "needs_bootstrap" {
                     ti.state
                         .store(TabletState::NeedsBootstrap as u8, Ordering::SeqCst);
                 }
-                *lock(&ti.last_error) = Some(format!("{}: {}", e.code, e.message));
+                ti.set_error(format!("{}: {}", e.code, e.message));
                 tracing::warn!(tablet = %tablet, code = %e.code, "shipper reports: {}", e.message);
             }
             (other, _) => {
                 let reason =
                     format!("unexpected message on the stream of tablet {tablet}: {other:?}");
-                *lock(&ti.last_error) = Some(reason.clone());
+                ti.set_error(reason.clone());
                 let _ = errors.send(("protocol", reason)).await;
                 std::future::pending::<()>().await;
             }

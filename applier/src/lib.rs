@@ -8,6 +8,7 @@ mod bloom;
 pub mod consistency;
 pub mod core;
 pub mod cutover;
+pub mod disk;
 mod doorbell;
 pub mod error;
 mod frame_queue;

@@ -37,6 +37,9 @@ use crate::error::{Error, Result};
 use crate::history::HistoryFactory;
 use crate::keys;
 
+mod reopen;
+pub use reopen::{BinlogRef, Store, REOPEN_MIN_FREE};
+
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 
@@ -142,7 +145,7 @@ pub struct TxnState {
     pub open: Option<(HybridTime, TabletId)>,
     /// In memory only: an intent of this transaction was seen without its trx id (or with
     /// another one), so after a restart the `trx` index cannot tell that it committed; its
-    /// commit is then recorded in `txns` (see `Store::apply_locked`).
+    /// commit is then recorded in `txns` (see `OpenStore::apply_locked`).
     pub untraceable: bool,
 }
 
@@ -210,8 +213,10 @@ pub struct ApplyOutcome {
     pub binlog: u64,
 }
 
-/// The applier's store. Cheap to share behind an `Arc`; all methods take `&self`.
-pub struct Store {
+/// One opening of the store's fjall database, with the in-memory state rebuilt when it was
+/// opened. The [`Store`] users share goes through the current one and replaces it with a
+/// fresh opening after a failed write (`store/reopen.rs`).
+pub struct OpenStore {
     db: Database,
     mvcc: Keyspace,
     txns: Keyspace,
@@ -232,17 +237,18 @@ pub struct Store {
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions: every undecided one and every committed one not applied everywhere,
     /// with their intents. It is the only copy of an undecided transaction's state (nothing
-    /// is written before the decision); [`Store::open`] rebuilds it from the received logs.
+    /// is written before the decision); [`OpenStore::open_with`] rebuilds it from the
+    /// received logs.
     /// Resolved ones leave it.
     write_lock: Mutex<HashMap<TxnId, TxnState>>,
     /// Orders store commits as the write lock ordered their preparation. Apply batches take
     /// it before letting go of the write lock and commit under it alone, so the next batch
     /// is prepared (decoding, transaction state, building the fjall batch) while this one's
     /// memtable inserts run — a two-stage pipeline instead of one lock over both. Everything
-    /// else takes both ([`Store::lock`]): store and cache then agree.
+    /// else takes both ([`OpenStore::lock`]): store and cache then agree.
     commit_order: Mutex<()>,
     /// Transactions resolved by a batch whose commit is in flight: gone from the cache, not
-    /// yet readable in the store. [`Store::settled_txn`] looks here first.
+    /// yet readable in the store. [`OpenStore::settled_txn`] looks here first.
     in_flight: Mutex<HashMap<TxnId, TxnState>>,
     /// Set when an apply batch failed after taking transactions out of the cache: the cache
     /// no longer lists every unresolved transaction, so received-log retention must not
@@ -278,7 +284,7 @@ pub struct Store {
     global_lock: Mutex<()>,
 }
 
-/// What [`Store::open`] found in the retained received logs (`Store::rebuild_unresolved`).
+/// What [`OpenStore::open_with`] found in the retained received logs (`OpenStore::rebuild_unresolved`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rebuilt {
     /// Records read.
@@ -320,9 +326,9 @@ struct Prepared {
     out: ApplyOutcome,
 }
 
-/// A batch between [`Store::hand_over`] and the end of its commit.
+/// A batch between [`OpenStore::hand_over`] and the end of its commit.
 struct Committing<'a> {
-    store: &'a Store,
+    store: &'a OpenStore,
     /// Resolved by the batch: in `in_flight` until the commit is done.
     settled: Vec<TxnId>,
     _order: MutexGuard<'a, ()>,
@@ -340,7 +346,7 @@ impl Drop for Committing<'_> {
     }
 }
 
-/// [`Store::lock`]'s guard: the cache, with the commit order held.
+/// [`OpenStore::lock`]'s guard: the cache, with the commit order held.
 struct Locked<'a> {
     cache: MutexGuard<'a, HashMap<TxnId, TxnState>>,
     _order: MutexGuard<'a, ()>,
@@ -365,9 +371,9 @@ enum OpenOp {
     Clear(TrxId, HybridTime, TabletId),
 }
 
-impl fmt::Debug for Store {
+impl fmt::Debug for OpenStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Store").finish_non_exhaustive()
+        f.debug_struct("OpenStore").finish_non_exhaustive()
     }
 }
 
@@ -377,30 +383,18 @@ pub const WORKER_THREAD: &str = "fjall:worker";
 /// Scans re-seek instead of stepping once they passed this many invisible versions of one key.
 const RESEEK_AFTER: usize = 8;
 
-impl Store {
-    /// Sets the nice value of the store's background workers (fjall's flushes and
-    /// compactions, threads named [`WORKER_THREAD`]; with one store per process, as the
-    /// daemon has, exactly this store's): the applier's `store-nice`. Returns how many
-    /// threads it set.
-    pub fn set_background_nice(&self, nice: i32) -> std::io::Result<usize> {
-        crate::priority::set_threads_nice(WORKER_THREAD, nice)
-    }
-
-    /// Opens (creating if needed) the store under `data_dir/store/` with the default
-    /// block cache ([`DEFAULT_CACHE_SIZE`]).
-    pub fn open(data_dir: &Path) -> Result<Store> {
-        Store::open_with(data_dir, DEFAULT_CACHE_SIZE)
-    }
-
+impl OpenStore {
     /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
-    /// by every keyspace. A failure is [`Error::Open`] naming the store's directory and
-    /// what failed (a journal that does not recover names the journal files); a store
-    /// locked by another process, or a directory that cannot be created, keeps its own
+    /// by every keyspace, and rebuilds the cache of unresolved transactions from the
+    /// received logs. A failure is [`Error::Open`] naming the store's directory and what
+    /// failed (a journal that does not recover names the journal files); a store locked by
+    /// another process, a directory that cannot be created, or a full disk keeps its own
     /// error.
-    pub fn open_with(data_dir: &Path, cache_size: u64) -> Result<Store> {
+    pub(crate) fn open_with(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
         let path = data_dir.join("store");
         Self::open_inner(data_dir, cache_size).map_err(|e| match e {
             e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
+            e if crate::disk::caused_by_no_space(&e) => e,
             Error::Store { op, source } => Error::Open {
                 detail: format!("{op}: {}", describe_open_error(&source, &path)),
                 path,
@@ -412,7 +406,7 @@ impl Store {
         })
     }
 
-    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<Store> {
+    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -499,7 +493,7 @@ impl Store {
             open_aborts: ks(binlog::OPEN_ABORTS)?,
             visible: Default::default(),
         };
-        let mut store = Store {
+        let mut store = OpenStore {
             db,
             mvcc,
             txns,
@@ -670,12 +664,16 @@ impl Store {
     /// loads their data blocks into the block cache, so that look-ups then read no block
     /// from the file system. Worth it only while those keyspaces fit in `cache-size`
     /// ([`Store::disk_sizes`]). Returns the entries read.
-    pub fn warm_lookup_cache(&self) -> Result<u64> {
-        let mut n = 0;
+    /// Stops early (between two blocks of entries) once `stop` is set.
+    pub fn warm_lookup_cache(&self, stop: &std::sync::atomic::AtomicBool) -> Result<u64> {
+        let mut n = 0u64;
         for ks in [&self.bl.trx, &self.bl.gtid, &self.bl.trx_open] {
             for g in ks.iter() {
                 g.key().map_err(Error::store("warm the block cache"))?;
                 n += 1;
+                if n % 4096 == 0 && stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    return Ok(n);
+                }
             }
         }
         Ok(n)
@@ -1983,7 +1981,7 @@ impl Store {
         Ok(self.bl.trx_commit(t)?.is_some_and(|c| c.txn == Some(*txn)))
     }
 
-    /// What [`Store::open`] rebuilt from the received logs.
+    /// What [`OpenStore::open_with`] rebuilt from the received logs.
     pub fn rebuilt(&self) -> Rebuilt {
         self.rebuilt
     }
@@ -2095,7 +2093,7 @@ impl Store {
 
     /// The state of `txn` for this batch, moved out of the cache of unresolved transactions
     /// (no copy; put back after the batch, also when it fails). Not in the cache: see
-    /// [`Store::first_seen`].
+    /// [`OpenStore::first_seen`].
     fn txn_entry<'a>(
         &self,
         unresolved: &mut HashMap<TxnId, TxnState>,
@@ -2682,6 +2680,15 @@ mod tests {
     use super::*;
     use tidelog_wal::Op;
 
+    /// The tests below look inside one opening (its keyspaces and private helpers).
+    struct Store;
+
+    impl Store {
+        fn open(data_dir: &Path) -> Result<OpenStore> {
+            OpenStore::open_with(data_dir, DEFAULT_CACHE_SIZE)
+        }
+    }
+
     fn t(s: &str) -> TabletId {
         s.parse().unwrap()
     }
@@ -2794,7 +2801,7 @@ mod tests {
         assert_eq!(m.applied_pos, end);
         // A tablet only registered is listed too, and both are found again after a reopen.
         s.register_tablet(&t("b")).unwrap();
-        let listed = |s: &Store| s.tablets().unwrap().into_keys().collect::<Vec<_>>();
+        let listed = |s: &OpenStore| s.tablets().unwrap().into_keys().collect::<Vec<_>>();
         assert_eq!(listed(&s), vec![a.clone(), t("b")]);
         drop(s);
         let s = Store::open(dir.path()).unwrap();
@@ -2926,7 +2933,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (a, st) = (t("a"), t("status"));
         let x = TxnId::from_u128(3);
-        let listed = |s: &Store| -> Vec<TxnId> {
+        let listed = |s: &OpenStore| -> Vec<TxnId> {
             s.pending_txns()
                 .unwrap()
                 .into_iter()
@@ -2992,7 +2999,7 @@ mod tests {
         let (r, end) = place(0, recs);
         s.apply(&a, &r, end, Durability::Sync).unwrap();
         let k_prefix = keys::encode(b"k", HybridTime::MAX)[..3].to_vec();
-        let versions = |s: &Store| -> Vec<u64> {
+        let versions = |s: &OpenStore| -> Vec<u64> {
             s.mvcc
                 .prefix(&k_prefix)
                 .map(|g| keys::split(&g.key().unwrap()).unwrap().1 .0)

@@ -276,7 +276,6 @@ fn answer_at(
         }
     };
     a.connect_id = Some(trx.connect_id);
-    let bl = store.binlog();
     let hint_gtid = match q.gtid_hint.map(str::parse::<Gtid>).transpose() {
         Ok(g) => g,
         Err(e) => {
@@ -286,10 +285,13 @@ fn answer_at(
     };
     // A hint known visible before the trx index is read was visible at `safe_at_read`, so
     // that read saw the client's commit (at or before the hint in commit order).
-    let known_visible = hint_gtid.is_some_and(|g| bl.known_visible(g));
+    let known_visible = match hint_gtid {
+        Some(g) => store.binlog()?.known_visible(g),
+        None => false,
+    };
     // Safe time is published only after every commit at or below it is in the store.
     let safe_at_read = view.safe_time();
-    let mut commit = bl.trx_commit(trx)?;
+    let mut commit = store.binlog()?.trx_commit(trx)?;
     // On a promoted target: the hint, when the client saw a commit above the cut.
     let mut hint_after_cut = None;
     // The client's hint is not visible here yet: the target is behind the client.
@@ -305,7 +307,7 @@ fn answer_at(
         });
         if cut.is_none() && covered {
             if let Some(cg) = commit.as_ref().and_then(|c| c.gtid) {
-                bl.note_visible(cg);
+                store.binlog()?.note_visible(cg);
             }
             a.caught_up = true;
         } else if cut.is_none() && known_visible {
@@ -317,7 +319,7 @@ fn answer_at(
             // commit may have arrived since (while the hint was waited for, or between the
             // two reads): read it again.
             if !(read_at.is_some() && read_at <= safe_at_read) {
-                commit = bl.trx_commit(trx)?;
+                commit = store.binlog()?.trx_commit(trx)?;
             }
             match outcome {
                 Hint::Visible => a.caught_up = true,
@@ -421,7 +423,8 @@ fn answer_at(
         // not land and never will.
         let lost = match hint_after_cut {
             Some(g) => Some(format!("the client saw gtid {g}, committed after the cut")),
-            None => bl
+            None => store
+                .binlog()?
                 .counter_before(trx.connect_id, trx.commit_counter)?
                 .map(|prev| {
                     format!(
@@ -462,21 +465,22 @@ fn hint(
     g: Gtid,
     deadline: Instant,
 ) -> Result<(Hint, Option<HybridTime>)> {
-    let bl = store.binlog();
     loop {
         let safe = view.safe_time();
-        if let Some(e) = bl.gtid(g.domain, g.seq)? {
+        // Not held across the wait below (a reopen of the store waits for its holders).
+        let found = store.binlog()?.gtid(g.domain, g.seq)?;
+        if let Some(e) = found {
             let visible =
                 safe.is_some_and(|s| s >= e.commit_ht) || view.wait_for(e.commit_ht, deadline);
             let h = if visible {
-                bl.note_visible(g);
+                store.binlog()?.note_visible(g);
                 Hint::Visible
             } else {
                 Hint::Behind(g)
             };
             return Ok((h, Some(e.commit_ht)));
         }
-        match bl.first_in_domain(g.domain)? {
+        match store.binlog()?.first_in_domain(g.domain)? {
             // Below the domain's first entry, which is visible: had the hint's commit been
             // received (its seq is lower, so its commit_ht is not higher) the safe time could
             // not have passed it — so it was removed by retention (or the seq was never
@@ -486,7 +490,7 @@ fn hint(
                 return Ok((Hint::Visible, None))
             }
             Some(_) => {}
-            None if bl.has_gtids()? => return Ok((Hint::Foreign(g), None)),
+            None if store.binlog()?.has_gtids()? => return Ok((Hint::Foreign(g), None)),
             // An empty binlog: the target has just not received anything yet.
             None => {}
         }
@@ -500,11 +504,10 @@ fn hint(
 /// On a promoted target: whether hint `g` lies above the cut (not in the binlog at or below
 /// it, and not older than what it retains).
 fn hint_beyond(store: &Store, g: Gtid, cut: HybridTime) -> Result<bool> {
-    let bl = store.binlog();
-    if let Some(e) = bl.gtid(g.domain, g.seq)? {
+    if let Some(e) = store.binlog()?.gtid(g.domain, g.seq)? {
         return Ok(e.commit_ht > cut);
     }
-    Ok(match bl.first_in_domain(g.domain)? {
+    Ok(match store.binlog()?.first_in_domain(g.domain)? {
         Some(first) => g.seq > first.gtid.seq,
         None => false,
     })

@@ -117,7 +117,7 @@ fn promote_caps_reports_answers_and_cleans_up() {
     // A connection this target never saw: unknown, not a guess.
     assert_eq!(ask(&s, cut, "99:1", None).state, TrxState::Unknown);
     // The binlog is capped too: only what is at or below the cut.
-    let (entries, _) = s.binlog().read(None, cut, 100).unwrap();
+    let (entries, _) = s.binlog().unwrap().read(None, cut, 100).unwrap();
     assert_eq!(entries.len(), 3);
 
     // Clean-up removes the versions above the cut; reopen keeps cut and report.

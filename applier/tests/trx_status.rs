@@ -235,7 +235,7 @@ fn every_state_from_the_apply_path() {
     assert!(m.state == TrxState::Unknown && m.reason.unwrap().contains("malformed gtid"));
 
     // The binlog in commit order, and from a gtid.
-    let bl = s.binlog();
+    let bl = s.binlog().unwrap();
     let (all, more) = bl.read(None, HybridTime(60), 100).unwrap();
     assert!(!more);
     let gt: Vec<_> = all.iter().map(|e| e.gtid.unwrap().seq).collect();
@@ -256,7 +256,7 @@ fn every_state_from_the_apply_path() {
     assert_eq!(ask(&s, &v, "8:1", None, 0).state, TrxState::Committed);
 
     // Everything survives a reopen.
-    drop(s);
+    drop((bl, s));
     let s = Store::open(dir.path()).unwrap();
     assert_eq!(ask(&s, &v, "7:2", None, 0).state, TrxState::Committed);
     assert_eq!(ask(&s, &v, "8:1", None, 0).gtid, g(3));
@@ -353,15 +353,29 @@ fn retention_expires_entries_and_says_so() {
         "{gone:?}"
     );
     assert_eq!(ask(&s, &v, "3:4", None, 0).state, TrxState::Committed);
-    assert!(s.binlog().gtid(0, 3).unwrap().is_none());
-    assert_eq!(s.binlog().first_in_domain(0).unwrap().unwrap().gtid.seq, 4);
+    assert!(s.binlog().unwrap().gtid(0, 3).unwrap().is_none());
+    assert_eq!(
+        s.binlog()
+            .unwrap()
+            .first_in_domain(0)
+            .unwrap()
+            .unwrap()
+            .gtid
+            .seq,
+        4
+    );
     // A hint older than anything retained counts as caught up.
     assert!(ask(&s, &v, "3:4", Some("0-1-1"), 0).caught_up);
     assert_eq!(ask(&s, &v, "4:1", None, 0).state, TrxState::Aborted);
     s.expire_binlog(HybridTime(now + 7), 100).unwrap();
     assert_eq!(ask(&s, &v, "4:1", None, 0).state, TrxState::Unknown);
     assert_eq!(
-        s.binlog().read(None, HybridTime::MAX, 10).unwrap().0.len(),
+        s.binlog()
+            .unwrap()
+            .read(None, HybridTime::MAX, 10)
+            .unwrap()
+            .0
+            .len(),
         0
     );
 }

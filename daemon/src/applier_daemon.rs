@@ -19,7 +19,7 @@ use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedRea
 use tidelog_applier::binlog::Retention;
 use tidelog_applier::consistency::Consistency;
 use tidelog_applier::cutover::{self, Cleanup};
-use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
+use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions, TabletState};
 use tidelog_applier::retention::{ReceivedRetention, RETENTION_INTERVAL};
 use tidelog_applier::store::Cutover;
 use tidelog_applier::store::Store;
@@ -294,13 +294,18 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
-    let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
-    // Opening reads the retained received logs once: the undecided transactions (and the
-    // late intents of committed ones) live there and in memory only.
+    let opts = intake_options(&cfg);
+    let (data_dir, cache_size, o2) = (cfg.data_dir.clone(), cfg.cache_size, opts.clone());
+    // Opening reads the retained received logs once (the undecided transactions, and the
+    // late intents of committed ones, live there and in memory only): recovered first, as
+    // the intake will write them on.
     let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
-            .await
-            .context("opening the store")??,
+        tokio::task::spawn_blocking(move || -> Result<Store> {
+            tidelog_applier::intake::recover_received_logs(&o2)?;
+            Ok(Store::open_with(&data_dir, cache_size)?)
+        })
+        .await
+        .context("opening the store")??,
     );
     let store_nice = (cfg.store_nice, set_store_nice(&store, cfg.store_nice));
     // A promoted target stays promoted: safe time frozen at the cut, no intake, no apply;
@@ -340,7 +345,6 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
             cfg.apply_nice,
         )?),
     });
-    let opts = intake_options(&cfg);
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, p: WalPos| a2.ensure(t, p));
     let certs::Material { ca, chain, key } = tls;
@@ -550,16 +554,27 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     let s2 = s.clone();
     let rows = blocking(move || tablet_rows(&s2)).await?;
     let rcvbuf = s.intake.udp_receive_buffer();
-    let role = match s.store.role().map_err(|e| ApiError::internal(&e.into()))? {
+    // While the store is being reopened (after a full disk) status still answers: the
+    // role from the safe time's state, no cutover details.
+    let role = match s.store.role() {
+        Ok(r) => r,
+        Err(e) if e.is_retryable() && s.consistency.cut().is_some() => {
+            tidelog_applier::store::Role::Primary
+        }
+        Err(e) if e.is_retryable() => tidelog_applier::store::Role::Standby,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let role = match role {
         tidelog_applier::store::Role::Primary => "primary",
         tidelog_applier::store::Role::Standby => "replica",
     };
     let safe = s.consistency.safe_time();
-    let cutover = match s
-        .store
-        .cutover()
-        .map_err(|e| ApiError::internal(&e.into()))?
-    {
+    let cutover = match s.store.cutover() {
+        Ok(c) => c,
+        Err(e) if e.is_retryable() => None,
+        Err(e) => return Err(ApiError::internal(&e.into())),
+    };
+    let cutover = match cutover {
         None => Value::Null,
         Some(c) => {
             // The running clean-up's count, else the total its runs persisted.
@@ -587,6 +602,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
     Ok(Json(json!({
         "role": role,
         "cutover": cutover,
+        "store": store_json(&s.store),
         "safe_time": ht(safe.unwrap_or_default()),
         "safe_time_initialized": safe.is_some(),
         "listen": s.intake.local_addr().map(|a| a.to_string()).unwrap_or_default(),
@@ -610,6 +626,24 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "admin_waiters": {"waiting": s.waiters.waiting(), "max": s.waiters.max()},
         "tablets": rows,
     })))
+}
+
+/// The store: where it lives, whether it takes writes (`ok`, `disk_full` naming the path,
+/// `unavailable` while it is reopened after another failed write) and how often it was
+/// reopened since start.
+fn store_json(store: &Store) -> Value {
+    let fault = store.fault();
+    let state = match &fault {
+        None => "ok",
+        Some(e) if e.disk_full().is_some() => "disk_full",
+        Some(_) => "unavailable",
+    };
+    json!({
+        "path": store.path().display().to_string(),
+        "state": state,
+        "error": fault.map(|e| e.to_string()),
+        "reopened": store.generation(),
+    })
 }
 
 /// `apply-nice` and whether the threads got it: `set` and `refused` count the apply and
@@ -731,8 +765,9 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         return Err(ApiError::unavailable(
             "safe_time_uninitialized",
             format!(
-                "safe time is not initialized: {}",
-                uninitialized_reason(s, &report)
+                "safe time is not initialized: {}{}",
+                uninitialized_reason(s, &report),
+                store_fault(s)
             ),
         ));
     };
@@ -757,27 +792,53 @@ fn read_time(s: &ApplierState, q: &ReadQuery) -> Result<Option<HybridTime>, ApiE
         return Err(ApiError::unavailable(
             "stale_safe_time",
             format!(
-                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}",
+                "safe time {safe} is {} behind now (max-staleness {}); laggiest tablet {laggiest}{}",
                 humantime::format_duration(
                     std::time::Duration::from_millis(lag.as_millis() as u64)
                 ),
-                humantime::format_duration(s.max_staleness)
+                humantime::format_duration(s.max_staleness),
+                store_fault(s)
             ),
         ));
     }
     Ok(Some(safe))
 }
 
+/// `; the store takes no writes: <why>` while it does not (a full disk names the path),
+/// else nothing: what holds every tablet's apply stage and the safe time.
+fn store_fault(s: &ApplierState) -> String {
+    match s.store.fault() {
+        Some(e) => format!("; the store takes no writes until it is reopened: {e}"),
+        None => String::new(),
+    }
+}
+
 /// Why tablet `t` makes no progress when that is a fault rather than a wait: its apply
 /// stage stopped (`stopped (record_rejected): apply stopped at received-log position P:
-/// …`), or its intake refuses frames beyond the clock (`clock_skew`). `None` for a tablet
-/// that is only behind or idle.
+/// …`), waits for space (`disk_full`), or its intake refuses frames beyond the clock
+/// (`clock_skew`) or cannot write its received log. `None` for a tablet that is only
+/// behind or idle.
 pub(crate) fn tablet_stopped(s: &ApplierState, t: &TabletId) -> Option<String> {
     if let Some(f) = s.appliers.workers().get(t).and_then(|w| w.fault()) {
-        return Some(format!("stopped ({}): {f}", f.state()));
+        let how = if f.error.is_retryable() {
+            "waits"
+        } else {
+            "stopped"
+        };
+        return Some(format!("{how} ({}): {f}", f.state()));
     }
-    let skew = s.intake.tablet(t).and_then(|ti| ti.clock_skew())?;
-    Some(format!("refusing its frames (clock_skew): {skew}"))
+    let ti = s.intake.tablet(t)?;
+    let why = ti.status().error.unwrap_or_default();
+    match ti.state() {
+        // Its received log cannot be written: nothing new reaches its apply stage.
+        TabletState::DiskFull => Some(format!(
+            "waits (disk_full): its intake waits for space: {why}"
+        )),
+        TabletState::Failed => Some(format!("stopped (failed): its intake stopped: {why}")),
+        _ => ti
+            .clock_skew()
+            .map(|skew| format!("refusing its frames (clock_skew): {skew}")),
+    }
 }
 
 /// Why the safe time is not initialized: a tablet that has not reported because it
@@ -1219,7 +1280,10 @@ async fn binlog(
         let Some(upto) = safe else {
             return Ok((Vec::new(), false));
         };
-        let bl = s2.store.binlog();
+        let bl = s2
+            .store
+            .binlog()
+            .map_err(|e| ApiError::internal(&e.into()))?;
         let start = match from {
             None => None,
             Some(g) => {

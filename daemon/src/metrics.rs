@@ -159,6 +159,20 @@ struct ApplierRow {
     safe_time: HybridTime,
 }
 
+/// Every state an applier's tablet can show (`tidelog_applier_tablet_state`): its intake's
+/// and its apply stage's, each once (both have a `disk_full`).
+pub fn applier_tablet_states() -> Vec<&'static str> {
+    let mut states: Vec<&str> = tidelog_applier::intake::TabletState::ALL
+        .map(|st| st.name())
+        .to_vec();
+    for st in tidelog_applier::error::APPLY_STATES {
+        if !states.contains(&st) {
+            states.push(st);
+        }
+    }
+    states
+}
+
 /// The applier's metrics. Blocking (locks, one store read): call it off the runtime.
 pub fn applier(s: &ApplierState) -> String {
     let mut latency = HistogramSnapshot::empty();
@@ -401,12 +415,9 @@ pub fn applier(s: &ApplierState) -> String {
         Kind::Gauge,
         "1 for the tablet's current intake/apply state, 0 for the others (every state is exported, so series do not come and go).",
     );
-    let applier_states = tidelog_applier::intake::TabletState::ALL
-        .map(|st| st.name())
-        .into_iter()
-        .chain(tidelog_applier::error::APPLY_STATES);
+    let applier_states = applier_tablet_states();
     for r in &rows {
-        for state in applier_states.clone() {
+        for &state in &applier_states {
             m.sample(
                 "tidelog_applier_tablet_state",
                 &[("tablet", &r.tablet), ("state", state)],

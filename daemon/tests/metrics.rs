@@ -195,8 +195,7 @@ fn both_daemons_expose_valid_prometheus_metrics_that_move() {
         (
             &a1,
             "tidelog_applier_tablet_state",
-            tidelog_applier::intake::TabletState::ALL.len()
-                + tidelog_applier::error::APPLY_STATES.len(),
+            tidelog::metrics::applier_tablet_states().len(),
             "streaming",
         ),
         (&s1, "tidelog_shipper_tablet_state", 9, "idle"),

@@ -1,6 +1,8 @@
 //! Shared kit of the applier's integration tests.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod tmpfs;
+
 use tidelog_applier::store::{Durability, Store};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, HybridTime, Record, TabletId, WalPos};

@@ -3,6 +3,9 @@
 //! when dropped, the admin API through `tidelog::ctl::call`, and deadline waits.
 #![allow(dead_code, clippy::unwrap_used)]
 
+#[path = "../../../applier/tests/common/tmpfs.rs"]
+pub mod tmpfs;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -151,6 +154,16 @@ impl Cluster {
         c
     }
 
+    /// Moves the applier's `data-dir` to `to` (e.g. a small tmpfs) in its config.
+    pub fn move_data_dir(&mut self, to: &Path) {
+        let cfg = std::fs::read_to_string(&self.applier_cfg).unwrap();
+        let old = format!("data-dir = \"{}\"", self.data.display());
+        assert!(cfg.contains(&old), "{cfg}");
+        let cfg = cfg.replace(&old, &format!("data-dir = \"{}\"", to.display()));
+        std::fs::write(&self.applier_cfg, cfg).unwrap();
+        self.data = to.to_path_buf();
+    }
+
     pub fn start_applier(&self) -> Daemon {
         Daemon::start("apply", &self.applier_cfg, &self.root.join("applier.log"))
     }
@@ -193,6 +206,13 @@ impl Daemon {
             child: Some(child),
             what,
         }
+    }
+
+    /// Whether the process still runs (has not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
     }
 
     pub fn pid(&self) -> i32 {
@@ -341,26 +361,43 @@ pub fn now_ht() -> u64 {
 /// Appends `n` write records (`<tablet>/k<i>` = `value(i)`) to `tablet` in `wal` with the
 /// library writer, hybrid times from the wall clock, and syncs them.
 pub fn write_records(wal: &Path, tablet: &str, n: usize, value: impl Fn(usize) -> Vec<u8>) {
-    use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+    write_record_range(wal, tablet, 0..n, value);
+}
+
+/// Like [`write_records`], for records (and keys) `range`.
+pub fn write_record_range(
+    wal: &Path,
+    tablet: &str,
+    range: std::ops::Range<usize>,
+    value: impl Fn(usize) -> Vec<u8>,
+) {
+    use tidelog_wal::{SyncPolicy, TabletId, WalOptions, Writer};
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
-    for i in 0..n {
-        let now = HybridTime::from_system_time(std::time::SystemTime::now());
-        let ht = match w.last_ht() {
-            Some(last) if last >= now => last.next(),
-            _ => now,
-        };
-        w.append(&Record::new(
-            ht,
-            Body::Write {
-                ops: vec![Op::put(format!("{tablet}/k{i}"), value(i))],
-                trx_id: None,
-                gtid: None,
-            },
-        ))
-        .unwrap();
+    for i in range {
+        append_write(&mut w, format!("{tablet}/k{i}"), value(i));
     }
     w.commit(SyncPolicy::Always).unwrap();
+}
+
+/// Appends one `write` record (`key` = `value`) to `w` at the wall clock's hybrid time, or
+/// just after the last record if that is ahead.
+pub fn append_write(w: &mut tidelog_wal::Writer, key: String, value: Vec<u8>) {
+    use tidelog_wal::{Body, HybridTime, Op, Record};
+    let now = HybridTime::from_system_time(std::time::SystemTime::now());
+    let ht = match w.last_ht() {
+        Some(last) if last >= now => last.next(),
+        _ => now,
+    };
+    w.append(&Record::new(
+        ht,
+        Body::Write {
+            ops: vec![Op::put(key, value)],
+            trx_id: None,
+            gtid: None,
+        },
+    ))
+    .unwrap();
 }
 
 /// A pseudo-terminal: the master end (to type into and read from) and the slave end (for
