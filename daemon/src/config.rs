@@ -213,7 +213,7 @@ pub struct QuicConfig {
     /// (at least 3). Default 1048576: by time only (`time-threshold`).
     pub packet_threshold: u32,
     /// A packet is taken as lost once a later one is acknowledged and this many round-trip
-    /// times have passed since it was sent (1.0 to 10.0). Default 1.5.
+    /// times have passed since it was sent (1.0 to 10.0). Default 2.0.
     pub time_threshold: f32,
 }
 
@@ -997,7 +997,7 @@ time-threshold = 2
         let d = QuicConfig::default().tuning();
         assert_eq!(d, QuicTuning::default());
         assert_eq!(d.congestion, Congestion::Bbr);
-        assert_eq!(d.time_threshold, 1.5);
+        assert_eq!(d.time_threshold, 2.0);
     }
 
     #[test]

@@ -177,9 +177,9 @@ impl Default for QuicTuning {
 /// Default [`QuicTuning::packet_threshold`]: far beyond any reordering by jitter, so that
 /// loss is detected by time ([`DEFAULT_TIME_THRESHOLD`]).
 pub const DEFAULT_PACKET_THRESHOLD: u32 = 1 << 20;
-/// Default [`QuicTuning::time_threshold`]: a packet delayed by jitter of up to a quarter of
-/// the round trip either way is not taken as lost.
-pub const DEFAULT_TIME_THRESHOLD: f32 = 1.5;
+/// Default [`QuicTuning::time_threshold`]: a packet that arrives up to a whole round trip
+/// later than those sent after it (reordered or jittered) is not taken as lost.
+pub const DEFAULT_TIME_THRESHOLD: f32 = 2.0;
 
 /// The receive buffer a UDP socket was asked for and the one it got (both in bytes of
 /// data, as `SO_RCVBUF` is set; the kernel reports twice that, counting its overhead).
