@@ -55,6 +55,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tidelog::demo::Daemon;
 use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
+use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog_wal::SyncPolicy;
 
 use crate::http1::Http1;
@@ -142,6 +143,21 @@ pub struct E2eArgs {
     /// The applier's `apply-yield-to-intake` (default: the daemon's, `1s`; `0s`: never).
     #[arg(long, value_parser = humantime::parse_duration)]
     apply_yield: Option<Duration>,
+    /// Put the UDP impairment proxy (in this process) between the shipper and the applier,
+    /// impairing both directions, e.g. `loss=5%,delay=20ms,jitter=5ms,reorder=10%,dup=1%`;
+    /// each run is then judged by `--impair-lag-p99`, and a miss exits non-zero.
+    #[arg(long)]
+    impair: Option<Impairment>,
+    /// The impairment proxy's RNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// With `--impair`: the budget on each run's safe-time lag p99.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    impair_lag_p99: Duration,
+    /// A `[quic]` key for both daemons, as a TOML line (`congestion = "cubic"`); repeatable.
+    /// Default: the daemons' defaults.
+    #[arg(long)]
+    quic: Vec<String>,
 }
 
 // ---- child processes ----
@@ -473,6 +489,8 @@ pub struct Step {
     pub cpu_bench: cpu::Usage,
     pub wall_s: f64,
     pub loadavg_end: String,
+    /// Through the impairment proxy (`--impair`).
+    pub link: Option<LinkStats>,
 }
 
 fn loadavg() -> String {
@@ -506,6 +524,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         ));
     }
     let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
+    let proxy = link_through(args, &c)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
@@ -517,7 +536,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         || Ok(admin.get("/v1/status").is_ok()),
     )?;
     println!(
-        "-- {label}: offered {}, applier pid {}, shipper pid {}, {}",
+        "-- {label}: offered {}, applier pid {}, shipper pid {}, {}{}",
         if offered > 0.0 {
             format!("{} txn/s", fmt_int(offered as u64))
         } else {
@@ -525,7 +544,13 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         },
         applier.pid(),
         shipper.pid(),
-        dir.display()
+        dir.display(),
+        proxy.as_ref().map_or(String::new(), |p| format!(
+            ", shipper → impairment proxy {} ({}, seed {}) → applier",
+            p.local_addr(),
+            p.impairment(),
+            args.seed
+        ))
     );
 
     let (tx, rx) = mpsc::channel::<CommitSample>();
@@ -687,6 +712,11 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
             eprintln!("warning: {e:#}");
         }
     }
+    let link = proxy.map(|p| LinkStats {
+        spec: p.impairment().to_string(),
+        seed: args.seed,
+        proxy: crate::ship::describe_proxy(&p.stats()),
+    });
 
     Ok(Step {
         label: label.to_string(),
@@ -715,7 +745,45 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         cpu_bench: cpu::usage(&cpu_b0, &cpu_b1),
         wall_s: wall,
         loadavg_end: loadavg(),
+        link,
     })
+}
+
+/// The impaired link of a run: its spec, seed and the proxy's counts at the end.
+#[derive(Clone, Debug, Serialize)]
+pub struct LinkStats {
+    pub spec: String,
+    pub seed: u64,
+    pub proxy: String,
+}
+
+/// Appends the `--quic` lines to both configs and, with `--impair`, starts the impairment
+/// proxy in front of the applier and points the shipper at it.
+fn link_through(args: &E2eArgs, c: &tidelog::demo::LocalCluster) -> Result<Option<ImpairProxy>> {
+    if !args.quic.is_empty() {
+        let table = format!("\n[quic]\n{}\n", args.quic.join("\n"));
+        for f in [&c.applier_cfg, &c.shipper_cfg] {
+            let mut text = std::fs::read_to_string(f)?;
+            text.push_str(&table);
+            std::fs::write(f, text)?;
+        }
+    }
+    let Some(imp) = &args.impair else {
+        return Ok(None);
+    };
+    let applier = std::net::SocketAddr::from(([127, 0, 0, 1], c.port));
+    let proxy = ImpairProxy::start_on_thread(applier, imp.clone(), args.seed)?;
+    let text = std::fs::read_to_string(&c.shipper_cfg)?;
+    let line = format!("applier = \"{applier}\"");
+    if !text.contains(&line) {
+        bail!(
+            "{} has no line {line}: cannot point the shipper at the proxy",
+            c.shipper_cfg.display()
+        );
+    }
+    let text = text.replace(&line, &format!("applier = \"{}\"", proxy.local_addr()));
+    std::fs::write(&c.shipper_cfg, text)?;
+    Ok(Some(proxy))
 }
 
 fn print_step(s: &Step) {
@@ -757,6 +825,9 @@ fn print_step(s: &Step) {
             "   by stage (the applier's histograms, per event, bucket-interpolated): {}",
             stage_lag::describe(&s.stage_lag)
         );
+    }
+    if let Some(l) = &s.link {
+        println!("   link {} (seed {}): {}", l.spec, l.seed, l.proxy);
     }
     println!("   CPU applier {}", s.cpu_applier.describe(4));
     println!("   CPU shipper {}", s.cpu_shipper.describe(4));
@@ -928,7 +999,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
 
     println!();
     println!(
-        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, runtime-threads {}, received logs {}, 1 lane, loopback QUIC+mTLS; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
+        "== summary: {} over {} tablets, source sync {}, applier sync batch, apply-nice {}, store-nice {}, apply-threads {}, runtime-threads {}, received logs {}, 1 lane, loopback QUIC+mTLS{}; fdatasync 4 KiB p50 {} p99 {}; load average at end {} ==",
         args.workload,
         args.tablets,
         args.source_sync,
@@ -946,6 +1017,19 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             "O_DIRECT"
         } else {
             "buffered"
+        },
+        match (&args.impair, args.quic.is_empty()) {
+            (None, true) => String::new(),
+            (imp, _) => format!(
+                " (link {}; [quic] {})",
+                imp.as_ref()
+                    .map_or("straight".to_string(), |i| format!("{i}, seed {}", args.seed)),
+                if args.quic.is_empty() {
+                    "defaults".to_string()
+                } else {
+                    args.quic.join(", ")
+                }
+            ),
         },
         fmt_ns(fsync.p50_ns),
         fmt_ns(fsync.p99_ns),
@@ -1031,6 +1115,23 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             pass: b.lag.p50_us <= 3_000,
         });
     }
+    // With `--impair`, every run's lag p99 (and no sample left unresolved).
+    let mut impaired_missed = Vec::new();
+    if let Some(imp) = &args.impair {
+        let limit_ms = args.impair_lag_p99.as_secs_f64() * 1e3;
+        for s in &steps {
+            let c = Check {
+                what: format!("{}: lag p99 ≤ {limit_ms:.0} ms through {imp}", s.label),
+                actual: s.lag.p99_us as f64 / 1e3,
+                target: limit_ms,
+                pass: (s.lag.p99_us as f64 / 1e3) <= limit_ms && s.samples_unresolved == 0,
+            };
+            if !c.pass {
+                impaired_missed.push(c.what.clone());
+            }
+            checks.push(c);
+        }
+    }
     for c in &checks {
         println!(
             "{}  {:<40} actual {:.2}, target {:.2}",
@@ -1064,6 +1165,12 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         std::fs::write(path, serde_json::to_vec_pretty(&r)?)
             .with_context(|| format!("writing {}", path.display()))?;
         println!("JSON written to {}", path.display());
+    }
+    if !impaired_missed.is_empty() {
+        bail!(
+            "impaired-link budget missed: {}",
+            impaired_missed.join("; ")
+        );
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
+use tidelog_wal::wire::{Congestion, QuicTuning};
 use tidelog_wal::{SyncPolicy, TabletId};
 
 use crate::small_file;
@@ -188,7 +189,7 @@ pub struct TlsConfig {
 }
 
 /// `[quic]`: transport tuning, the same keys for both daemons.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct QuicConfig {
     /// Connection-level receive window. Default `64MiB`.
@@ -212,6 +213,16 @@ pub struct QuicConfig {
     /// Default `8MiB`.
     #[serde(deserialize_with = "de_size")]
     pub udp_receive_buffer: u64,
+    /// Congestion controller of the connections this daemon sends on: `bbr`, `cubic` or
+    /// `newreno`. Default `bbr`.
+    #[serde(deserialize_with = "de_from_str")]
+    pub congestion: Congestion,
+    /// A packet is taken as lost once this many packets sent after it are acknowledged
+    /// (at least 3). Default 1048576: by time only (`time-threshold`).
+    pub packet_threshold: u32,
+    /// A packet is taken as lost once a later one is acknowledged and this many round-trip
+    /// times have passed since it was sent (1.0 to 10.0). Default 2.0.
+    pub time_threshold: f32,
 }
 
 /// The shipper's file read engine (docs/ARCHITECTURE.md, "Shipping").
@@ -337,27 +348,34 @@ impl TlsConfig {
 
 impl Default for QuicConfig {
     fn default() -> Self {
+        let t = QuicTuning::default();
         QuicConfig {
-            receive_window: 64 << 20,
-            stream_receive_window: 16 << 20,
-            max_udp_payload: 1472,
-            idle_timeout: Duration::from_secs(30),
-            silence_limit: Duration::from_secs(5),
-            udp_receive_buffer: 8 << 20,
+            receive_window: t.receive_window,
+            stream_receive_window: t.stream_receive_window,
+            max_udp_payload: t.max_udp_payload,
+            idle_timeout: t.idle_timeout,
+            silence_limit: t.silence_limit,
+            udp_receive_buffer: t.udp_receive_buffer,
+            congestion: t.congestion,
+            packet_threshold: t.packet_threshold,
+            time_threshold: t.time_threshold,
         }
     }
 }
 
 impl QuicConfig {
     /// The libraries' form of these settings.
-    pub fn tuning(&self) -> tidelog_wal::wire::QuicTuning {
-        tidelog_wal::wire::QuicTuning {
+    pub fn tuning(&self) -> QuicTuning {
+        QuicTuning {
             receive_window: self.receive_window,
             stream_receive_window: self.stream_receive_window,
             max_udp_payload: self.max_udp_payload,
             idle_timeout: self.idle_timeout,
             silence_limit: self.silence_limit,
             udp_receive_buffer: self.udp_receive_buffer,
+            congestion: self.congestion,
+            packet_threshold: self.packet_threshold,
+            time_threshold: self.time_threshold,
         }
     }
 
@@ -381,6 +399,19 @@ impl QuicConfig {
         }
         if self.idle_timeout.is_zero() {
             bail!("key \"quic.idle-timeout\": must be > 0");
+        }
+        if self.packet_threshold < 3 {
+            bail!(
+                "key \"quic.packet-threshold\": {} is below 3 (RFC 9002: every reordering by \
+                 a few packets would be taken for a loss)",
+                self.packet_threshold
+            );
+        }
+        if !(1.0..=10.0).contains(&self.time_threshold) {
+            bail!(
+                "key \"quic.time-threshold\": {} is out of range 1.0..=10.0 (round-trip times)",
+                self.time_threshold
+            );
         }
         if self.silence_limit < Duration::from_millis(50) {
             bail!(
@@ -971,6 +1002,9 @@ max-udp-payload = 9000
 idle-timeout = "1m"
 silence-limit = "2s"
 udp-receive-buffer = "16MiB"
+congestion = "cubic"
+packet-threshold = 64
+time-threshold = 2
 "#,
         )
         .unwrap();
@@ -1003,6 +1037,16 @@ udp-receive-buffer = "16MiB"
         assert_eq!(c.quic.tuning().silence_limit, Duration::from_secs(2));
         assert_eq!(c.quic.tuning().udp_receive_buffer, 16 << 20);
         assert_eq!(QuicConfig::default().udp_receive_buffer, 8 << 20);
+        let t = c.quic.tuning();
+        assert_eq!(
+            (t.congestion, t.packet_threshold, t.time_threshold),
+            (Congestion::Cubic, 64, 2.0)
+        );
+        // Unset, they are the libraries' defaults: BBR, loss found by time.
+        let d = QuicConfig::default().tuning();
+        assert_eq!(d, QuicTuning::default());
+        assert_eq!(d.congestion, Congestion::Bbr);
+        assert_eq!(d.time_threshold, 2.0);
     }
 
     #[test]
@@ -1069,6 +1113,17 @@ ship-unsynced = true
                 "quic.max-udp-payload",
                 "",
             ),
+            (
+                "[quic]\ncongestion = \"vegas\"",
+                "quic.congestion",
+                "not one of bbr, cubic, newreno",
+            ),
+            (
+                "[quic]\ntime-threshold = \"long\"",
+                "quic.time-threshold",
+                "",
+            ),
+            ("[quic]\npacket-threshold = -1", "quic.packet-threshold", ""),
             ("[tls]\nca = 5", "tls.ca", ""),
             ("data-dir = 5", "data-dir", ""),
             ("data-dir = \"\"", "data-dir", "must not be empty"),
@@ -1256,6 +1311,18 @@ ship-unsynced = true
             e.contains("quic.silence-limit") && e.contains("at least 50ms"),
             "{e}"
         );
+        c.quic.silence_limit = Duration::from_secs(5);
+        c.quic.packet_threshold = 2;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(e.contains("quic.packet-threshold"), "{e}");
+        c.quic.packet_threshold = 3;
+        for bad in [0.5, 11.0, f32::NAN] {
+            c.quic.time_threshold = bad;
+            let e = format!("{:#}", c.validate().unwrap_err());
+            assert!(e.contains("quic.time-threshold"), "{bad}: {e}");
+        }
+        c.quic.time_threshold = 1.125;
+        c.validate().unwrap();
 
         let mut s = ShipperConfig {
             tls,

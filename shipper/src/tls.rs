@@ -17,22 +17,9 @@ pub struct TlsMaterial {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// quinn transport settings from the tuning.
+/// quinn transport settings from the tuning ([`tidelog_net::transport`]).
 pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
-    let mut tc = quinn::TransportConfig::default();
-    let vi = |v: u64, what: &str| {
-        quinn::VarInt::from_u64(v).with_context(|| format!("{what} {v} is out of range"))
-    };
-    tc.receive_window(vi(t.receive_window, "receive window")?)
-        .stream_receive_window(vi(t.stream_receive_window, "stream receive window")?)
-        .send_window(t.receive_window)
-        .initial_mtu(t.max_udp_payload.max(1200))
-        .min_mtu(t.max_udp_payload.clamp(1200, 1452))
-        .keep_alive_interval(Some(t.keep_alive()))
-        .max_idle_timeout(Some(
-            quinn::IdleTimeout::try_from(t.idle_timeout).context("idle timeout out of range")?,
-        ));
-    Ok(tc)
+    Ok(tidelog_net::transport(t)?)
 }
 
 /// The shipper's QUIC client config.

@@ -27,10 +27,9 @@ use clap::{Args, ValueEnum};
 use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedReads};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
-use tidelog_wal::wire::QuicTuning;
 use tidelog_wal::TabletId;
 
-use super::pki;
+use super::{pki, QuicArgs};
 use crate::wal_bench::Sync;
 
 #[derive(Debug, Args)]
@@ -64,6 +63,8 @@ pub struct ApplierArgs {
     /// The daemon's `runtime-threads` (0: its default).
     #[arg(long, default_value_t = 0)]
     pub runtime_threads: usize,
+    #[command(flatten)]
+    pub quic: QuicArgs,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -87,6 +88,8 @@ pub struct SinkArgs {
     /// With `--durable-dir`: write with `O_DIRECT`, around the page cache.
     #[arg(long, requires = "durable_dir")]
     pub direct: bool,
+    #[command(flatten)]
+    pub quic: QuicArgs,
 }
 
 /// Sets the returned flag at stdin EOF (the parent closed the pipe or died) or SIGTERM.
@@ -163,7 +166,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     o.sync = a.sync.policy();
     o.direct_io = a.direct_io;
     o.direct_io_in_catch_up = a.direct_io_in_catch_up;
-    o.quic.max_udp_payload = a.max_udp_payload;
+    o.quic = a.quic.tuning(a.max_udp_payload);
     let intake = {
         let _g = rt.enter();
         Intake::start(o, pki::server(&a.certs_dir)?, Some(hook))?
@@ -242,10 +245,7 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let tuning = QuicTuning {
-        max_udp_payload: a.max_udp_payload,
-        ..QuicTuning::default()
-    };
+    let tuning = a.quic.tuning(a.max_udp_payload);
     let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
     // The first segment before `ADDR`: a directory that cannot take it (e.g. no O_DIRECT on
     // tmpfs) fails the sink at once, not after the client has sent everything.

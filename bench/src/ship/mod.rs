@@ -47,8 +47,9 @@ use clap::Args;
 use serde::Serialize;
 use tidelog_shipper::io::IoChoice;
 use tidelog_shipper::{Shipper, ShipperOptions};
+use tidelog_testkit::{ImpairProxy, Impairment, ProxyStats};
 use tidelog_wal::format::SEGMENT_HEADER_LEN;
-use tidelog_wal::wire::QuicTuning;
+use tidelog_wal::wire::{Congestion, QuicTuning};
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
 use crate::stats::{fmt_bytes, fmt_int, parse_size};
@@ -64,9 +65,10 @@ pub struct ShipArgs {
     /// Whole on-disk record size (32-byte header included; minimum 52).
     #[arg(long, default_value_t = 1024)]
     record_size: usize,
-    /// Lane counts to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    lanes: Vec<usize>,
+    /// Lane counts to run, comma-separated. Default `1,2`; with `--impair`, the shipper's
+    /// default (`lanes = 0`: the number of cores).
+    #[arg(long, value_delimiter = ',')]
+    lanes: Option<Vec<usize>>,
     /// The applier intake's sync policy for received logs.
     #[arg(long, value_enum, default_value = "batch")]
     sync: Sync,
@@ -122,6 +124,72 @@ pub struct ShipArgs {
     /// a machine whose speed drifts between two runs does not decide it.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Loss detection and congestion control of both ends, as the daemons' `[quic]` keys.
+    #[command(flatten)]
+    quic: QuicArgs,
+    /// Ship the same backlog twice per lane count, straight and through the UDP impairment
+    /// proxy (both directions), e.g. `loss=5%,delay=20ms,jitter=5ms,reorder=10%,dup=1%`,
+    /// and judge the impaired received rate against the straight one (≥ `--impair-budget`×).
+    /// No raw baselines then.
+    #[arg(long)]
+    impair: Option<Impairment>,
+    /// The impairment proxy's RNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// With `--impair`: the budget, impaired ÷ straight received rate.
+    #[arg(long, default_value_t = 0.3)]
+    impair_budget: f64,
+    /// With `--impair`: an impaired run still going after this long is stopped and judged by
+    /// what it received so far.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5m")]
+    impair_limit: Duration,
+}
+
+/// `[quic]` loss detection and congestion control for both ends of a benchmark (defaults:
+/// the daemons').
+#[derive(Debug, Clone, Args)]
+pub struct QuicArgs {
+    /// The congestion controller: bbr, cubic or newreno (`quic.congestion`).
+    #[arg(long, default_value_t = QuicTuning::default().congestion)]
+    pub congestion: Congestion,
+    /// `quic.packet-threshold`.
+    #[arg(long, default_value_t = QuicTuning::default().packet_threshold)]
+    pub packet_threshold: u32,
+    /// `quic.time-threshold`.
+    #[arg(long, default_value_t = QuicTuning::default().time_threshold)]
+    pub time_threshold: f32,
+}
+
+impl QuicArgs {
+    /// The default tuning with these settings and `max_udp_payload`.
+    pub fn tuning(&self, max_udp_payload: u16) -> QuicTuning {
+        QuicTuning {
+            max_udp_payload,
+            congestion: self.congestion,
+            packet_threshold: self.packet_threshold,
+            time_threshold: self.time_threshold,
+            ..QuicTuning::default()
+        }
+    }
+
+    /// The same as arguments of a peer process.
+    fn to_args(&self) -> Vec<OsString> {
+        vec![
+            "--congestion".into(),
+            self.congestion.to_string().into(),
+            "--packet-threshold".into(),
+            self.packet_threshold.to_string().into(),
+            "--time-threshold".into(),
+            self.time_threshold.to_string().into(),
+        ]
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "congestion {}, packet threshold {}, time threshold {}",
+            self.congestion, self.packet_threshold, self.time_threshold
+        )
+    }
 }
 
 fn parse_io(s: &str) -> Result<IoChoice, String> {
@@ -195,6 +263,13 @@ struct ShipRun {
     cpu_bench_applied: cpu::Usage,
     cpu_applier_applied: cpu::Usage,
     frames: u64,
+    /// Through the impairment proxy: its spec.
+    link: Option<String>,
+    /// The proxy's counts at the end.
+    proxy: Option<String>,
+    /// False when an impaired run was stopped at `--impair-limit` (rates are of what had
+    /// arrived by then).
+    complete: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -262,11 +337,24 @@ fn tablet_id(i: usize) -> Result<TabletId> {
         .map_err(|e| anyhow::anyhow!("tablet id: {e:?}"))
 }
 
+impl ShipArgs {
+    /// `--lanes`, or its default.
+    fn lane_counts(&self) -> Vec<usize> {
+        match (&self.lanes, &self.impair) {
+            (Some(l), _) => l.clone(),
+            (None, None) => vec![1, 2],
+            (None, Some(_)) => vec![tidelog::config::ShipperConfig::default().effective_lanes()],
+        }
+    }
+}
+
 pub fn run(args: &ShipArgs) -> Result<()> {
-    if args.tablets == 0 || args.lanes.is_empty() || args.lanes.contains(&0) || args.rounds == 0 {
+    let lane_counts = args.lane_counts();
+    if args.tablets == 0 || lane_counts.is_empty() || lane_counts.contains(&0) || args.rounds == 0 {
         bail!("--tablets, --rounds and every --lanes value must be positive");
     }
-    if args.rounds > 1 && (args.no_baselines || !args.lanes.contains(&1)) {
+    if args.impair.is_none() && args.rounds > 1 && (args.no_baselines || !lane_counts.contains(&1))
+    {
         bail!("--rounds {} compares lanes=1 with raw quinn: it needs 1 in --lanes and the baselines (no --no-baselines)", args.rounds);
     }
     let base = match &args.dir {
@@ -318,6 +406,10 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         args.apply_yield,
         tidelog::config::runtime_threads(args.runtime_threads)
     );
+    println!("quic: {}", args.quic.describe());
+    if let Some(imp) = &args.impair {
+        return impaired(args, imp, root.path(), &wal_dir, &certs, &source);
+    }
     let extents = extents(&wal_dir, &source)?;
     let mut baselines = Vec::new();
     if !args.no_baselines {
@@ -328,9 +420,9 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         }
     }
     let mut runs = Vec::new();
-    for (i, &lanes) in args.lanes.iter().enumerate() {
+    for (i, &lanes) in lane_counts.iter().enumerate() {
         let data = root.path().join(format!("applier-{i}"));
-        let r = ship_run(args, lanes, &wal_dir, &data, &certs, &source)?;
+        let r = ship_run(args, lanes, &wal_dir, &data, &certs, &source, None)?;
         print_run(&r);
         runs.push(r);
         // Keep the disk free for the next run.
@@ -366,7 +458,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
             let q = baseline(args, Raw::Quinn, root.path(), &certs, &extents, &source)?;
             print_baseline(&q);
             let data = root.path().join(format!("applier-round-{i}"));
-            let r = ship_run(args, 1, &wal_dir, &data, &certs, &source)?;
+            let r = ship_run(args, 1, &wal_dir, &data, &certs, &source, None)?;
             print_run(&r);
             let _ = std::fs::remove_dir_all(&data);
             quiesce();
@@ -637,6 +729,7 @@ fn baseline(
         "--max-udp-payload".into(),
         args.max_udp_payload.to_string().into(),
     ];
+    peer_args.extend(args.quic.to_args());
     let disk = root.join("raw-disk");
     if raw_disk_used(raw) {
         std::fs::create_dir_all(&disk)?;
@@ -651,7 +744,7 @@ fn baseline(
     let (elapsed, n) = match raw {
         Raw::Tcp => tcp_client(addr, extents)?,
         Raw::Quinn | Raw::QuinnDisk | Raw::QuinnDirect => {
-            quinn_client(addr, args.max_udp_payload, certs, extents)?
+            quinn_client(addr, args.quic.tuning(args.max_udp_payload), certs, extents)?
         }
     };
     let (c1, p1) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
@@ -698,14 +791,10 @@ fn tcp_client(addr: SocketAddr, extents: &[Extent]) -> Result<(Duration, u64)> {
 
 fn quinn_client(
     addr: SocketAddr,
-    max_udp_payload: u16,
+    tuning: QuicTuning,
     certs: &Path,
     extents: &[Extent],
 ) -> Result<(Duration, u64)> {
-    let tuning = QuicTuning {
-        max_udp_payload,
-        ..QuicTuning::default()
-    };
     let cc = tidelog_shipper::tls::client_config(&pki::client(certs)?, &tuning)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -745,6 +834,7 @@ fn quinn_client(
     })
 }
 
+/// Ships the backlog to a fresh applier; with `link`, through the impairment proxy.
 fn ship_run(
     args: &ShipArgs,
     lanes: usize,
@@ -752,11 +842,13 @@ fn ship_run(
     data: &Path,
     certs: &Path,
     src: &Source,
+    link: Option<&Impairment>,
 ) -> Result<ShipRun> {
     println!(
-        "[ship] lanes={lanes}: {} over {} tablets ...",
+        "[ship] lanes={lanes}: {} over {} tablets{} ...",
         fmt_bytes(src.bytes),
-        src.tablets
+        src.tablets,
+        link.map_or(String::new(), |l| format!(" through {l}"))
     );
     std::fs::create_dir_all(data)?;
     let peer = Peer::spawn(
@@ -786,16 +878,25 @@ fn ship_run(
             "--runtime-threads".into(),
             args.runtime_threads.to_string().into(),
         ])
+        .chain(args.quic.to_args())
         .collect(),
     )?;
     let addr = peer.addr()?;
-    let mut o = ShipperOptions::new(wal_dir.to_path_buf(), addr);
+    // On a thread of its own in this process (`impair-proxy` in the CPU breakdown).
+    let proxy = match link {
+        Some(l) => Some(ImpairProxy::start_on_thread(addr, l.clone(), args.seed)?),
+        None => None,
+    };
+    let mut o = ShipperOptions::new(
+        wal_dir.to_path_buf(),
+        proxy.as_ref().map_or(addr, |p| p.local_addr()),
+    );
     o.shipper_id = "tidelog-bench".into();
     o.lanes = lanes;
     o.io_engine = args.io;
     o.max_frame_bytes = usize::try_from(args.frame)?;
     o.window_bytes = args.window;
-    o.quic.max_udp_payload = args.max_udp_payload;
+    o.quic = args.quic.tuning(args.max_udp_payload);
     let tls = pki::client(certs)?;
     let (c0, p0) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
     let t0 = Instant::now();
@@ -803,6 +904,8 @@ fn ship_run(
     let mut received_at: Option<(Duration, cpu::Snapshot, cpu::Snapshot)> = None;
     let mut last_change = Instant::now();
     let mut last = (0u64, 0u64);
+    // An impaired run past `--impair-limit`: what had been received and applied.
+    let mut cut: Option<(u64, u64)> = None;
     let applied_at = loop {
         let l = peer.expect("", Duration::from_secs(120))?;
         if let Some(e) = l.strip_prefix("ERR ") {
@@ -833,7 +936,11 @@ fn ship_run(
             let el = t0.elapsed();
             received_at = Some((el, cpu::snapshot(None), cpu::snapshot(Some(peer.pid()))));
         }
-        if applied >= src.bytes {
+        let stop = link.is_some() && t0.elapsed() > args.impair_limit;
+        if applied >= src.bytes || stop {
+            if applied < src.bytes {
+                cut = Some((recv, applied));
+            }
             break (
                 t0.elapsed(),
                 cpu::snapshot(None),
@@ -841,24 +948,204 @@ fn ship_run(
             );
         }
     };
-    let Some(received_at) = received_at else {
-        bail!("applied everything before receiving it?");
+    let (recv_bytes, applied_bytes) = cut.unwrap_or((src.bytes, src.bytes));
+    let received_at = match (received_at, cut) {
+        (Some(r), _) => r,
+        (None, Some(_)) => applied_at.clone(),
+        (None, None) => bail!("applied everything before receiving it?"),
     };
     let frames = shipper.status().values().map(|s| s.frames).sum();
     let io_engine = shipper.io_engine().name();
     shipper.shutdown();
+    let proxy_stats = proxy.as_ref().map(|p| describe_proxy(&p.stats()));
+    drop(proxy);
     peer.finish()?;
+    // Records in proportion to the bytes for a run stopped early (the records are alike).
+    let records = |bytes: u64| src.records * bytes / src.bytes.max(1);
     Ok(ShipRun {
         lanes,
         io_engine,
-        received: Rate::new(src.bytes, src.records, received_at.0),
-        applied: Rate::new(src.bytes, src.records, applied_at.0),
+        received: Rate::new(
+            recv_bytes.min(src.bytes),
+            records(recv_bytes.min(src.bytes)),
+            received_at.0,
+        ),
+        applied: Rate::new(applied_bytes, records(applied_bytes), applied_at.0),
         cpu_bench_received: cpu::usage(&c0, &received_at.1),
         cpu_applier_received: cpu::usage(&p0, &received_at.2),
         cpu_bench_applied: cpu::usage(&c0, &applied_at.1),
         cpu_applier_applied: cpu::usage(&p0, &applied_at.2),
         frames,
+        link: link.map(|l| l.to_string()),
+        proxy: proxy_stats,
+        complete: cut.is_none(),
     })
+}
+
+/// The proxy's counts, one line.
+pub(crate) fn describe_proxy(s: &ProxyStats) -> String {
+    let d = |x: &tidelog_testkit::DirStats| {
+        format!(
+            "{} in, {} out, {} lost, {} reordered, {} duplicated, {} overflow",
+            fmt_int(x.received),
+            fmt_int(x.sent),
+            fmt_int(x.lost),
+            fmt_int(x.reordered),
+            fmt_int(x.duplicated),
+            fmt_int(x.overflow)
+        )
+    };
+    format!(
+        "to the applier: {}; to the shipper: {}",
+        d(&s.to_target),
+        d(&s.to_client)
+    )
+}
+
+#[derive(Debug, Serialize)]
+struct ImpairedPair {
+    lanes: usize,
+    straight: ShipRun,
+    impaired: ShipRun,
+    /// Impaired ÷ straight received MB/s.
+    ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ImpairedOutput<'a> {
+    nproc: usize,
+    kernel: String,
+    link: String,
+    seed: u64,
+    congestion: String,
+    packet_threshold: u32,
+    time_threshold: f32,
+    budget: f64,
+    source: &'a Source,
+    pairs: &'a [ImpairedPair],
+}
+
+/// `--impair`: per lane count, `--rounds` pairs of a straight and an impaired run of the
+/// same backlog, and the budget on the median of the pairs' ratios.
+fn impaired(
+    args: &ShipArgs,
+    imp: &Impairment,
+    root: &Path,
+    wal_dir: &Path,
+    certs: &Path,
+    src: &Source,
+) -> Result<()> {
+    println!(
+        "link: {imp} (seed {}) in both directions, by the impairment proxy on a thread of this \
+         process; the straight runs go to the applier directly",
+        args.seed
+    );
+    let mut pairs: Vec<ImpairedPair> = Vec::new();
+    for &lanes in &args.lane_counts() {
+        for round in 0..args.rounds {
+            let run = |link: Option<&Impairment>| -> Result<ShipRun> {
+                let data = root.join(format!(
+                    "applier-{lanes}-{round}-{}",
+                    if link.is_some() {
+                        "impaired"
+                    } else {
+                        "straight"
+                    }
+                ));
+                let r = ship_run(args, lanes, wal_dir, &data, certs, src, link)?;
+                print_run(&r);
+                let _ = std::fs::remove_dir_all(&data);
+                quiesce();
+                Ok(r)
+            };
+            let straight = run(None)?;
+            let impaired = run(Some(imp))?;
+            let ratio = impaired.received.mb_per_s / straight.received.mb_per_s.max(1e-9);
+            pairs.push(ImpairedPair {
+                lanes,
+                straight,
+                impaired,
+                ratio,
+            });
+        }
+    }
+    println!();
+    println!(
+        "== summary: {} in {} records of {} B over {} tablets, link {imp} (seed {}), {}; load average at end {} ==",
+        fmt_bytes(src.bytes),
+        fmt_int(src.records),
+        src.record_size,
+        src.tablets,
+        args.seed,
+        args.quic.describe(),
+        loadavg()
+    );
+    println!(
+        "{:<10} {:>11} {:>11} {:>11} {:>11} {:>9}",
+        "lanes", "straight", "(applied)", "impaired", "(applied)", "ratio"
+    );
+    for p in &pairs {
+        println!(
+            "{:<10} {:>7.1} MB/s {:>6.1} MB/s {:>6.1} MB/s {:>6.1} MB/s {:>8.3}×{}",
+            p.lanes,
+            p.straight.received.mb_per_s,
+            p.straight.applied.mb_per_s,
+            p.impaired.received.mb_per_s,
+            p.impaired.applied.mb_per_s,
+            p.ratio,
+            if p.impaired.complete {
+                ""
+            } else {
+                "  (impaired run stopped at --impair-limit)"
+            }
+        );
+    }
+    println!("(MB/s durably received, applied in brackets; ratio = impaired ÷ straight received)");
+    let mut missed = Vec::new();
+    for &lanes in &args.lane_counts() {
+        let ratios: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.lanes == lanes)
+            .map(|p| p.ratio)
+            .collect();
+        let n = ratios.len();
+        let Some(m) = median(ratios) else { continue };
+        let ok = m >= args.impair_budget;
+        println!(
+            "budget lanes={lanes} impaired received ≥ {}× straight{:<16} actual {m:>8.3}  target {:>6}  {}",
+            args.impair_budget,
+            if n > 1 {
+                format!(" (median of {n})")
+            } else {
+                String::new()
+            },
+            args.impair_budget,
+            pass(ok)
+        );
+        if !ok {
+            missed.push(format!("lanes={lanes}: {m:.3}× < {}×", args.impair_budget));
+        }
+    }
+    if let Some(p) = &args.json {
+        let out = ImpairedOutput {
+            nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            kernel: kernel_release(),
+            link: imp.to_string(),
+            seed: args.seed,
+            congestion: args.quic.congestion.to_string(),
+            packet_threshold: args.quic.packet_threshold,
+            time_threshold: args.quic.time_threshold,
+            budget: args.impair_budget,
+            source: src,
+            pairs: &pairs,
+        };
+        std::fs::write(p, serde_json::to_string_pretty(&out)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if !missed.is_empty() {
+        bail!("impaired-link budget missed: {}", missed.join("; "));
+    }
+    Ok(())
 }
 
 fn print_baseline(b: &Baseline) {
@@ -874,6 +1161,13 @@ fn print_baseline(b: &Baseline) {
 }
 
 fn print_run(r: &ShipRun) {
+    if !r.complete {
+        println!(
+            "  stopped at --impair-limit: {} received, {} applied",
+            fmt_bytes(r.received.bytes),
+            fmt_bytes(r.applied.bytes)
+        );
+    }
     println!(
         "  received: {:.3}s, {:.1} MB/s, {} records/s ({} frames, io {})",
         r.received.elapsed_s,
@@ -882,6 +1176,9 @@ fn print_run(r: &ShipRun) {
         fmt_int(r.frames),
         r.io_engine
     );
+    if let Some(p) = &r.proxy {
+        println!("  proxy: {p}");
+    }
     println!(
         "    CPU to received: shipper process {}",
         r.cpu_bench_received.describe(4)

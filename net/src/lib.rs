@@ -1,0 +1,72 @@
+//! tidelog-net: the QUIC transport settings both daemons use, built from one
+//! [`QuicTuning`] (the `[quic]` config table): flow-control windows, packet size,
+//! keep-alives and idle timeout, loss detection and the congestion controller.
+//!
+//! It opens no socket and runs nothing; the shipper's and the applier's endpoint set-up
+//! call [`transport`] and add what is theirs (the applier's stream limits).
+//!
+//! # Loss detection and congestion control on a WAN
+//!
+//! QUIC takes a packet as lost once `packet-threshold` later packets, or `time-threshold`
+//! × the RTT, have been acknowledged past it (RFC 9002 §6.1; quinn's defaults are 3 and
+//! 9/8). A link with jitter delivers packets sent microseconds apart out of order, so with
+//! those defaults every reordering looks like a loss, and a loss-based controller (Cubic,
+//! NewReno) shrinks its window at each one: over 20 ms ± 5 ms with 10 % reordering and 5 %
+//! loss a backlog shipped at a few kB/s. The defaults here take a packet as lost only by
+//! time, after 2 × the RTT, and use BBR, which paces by the measured bandwidth and round
+//! trip and does not take random loss for congestion (`BENCHMARKS.md`, "Shipping over an
+//! impaired link").
+//!
+//! What tuning cannot change: quinn drops a packet that arrives more than 128 packets
+//! behind the newest one of its connection (its duplicate-detection window), and the
+//! sender sends it again. Over a link that reorders by a few milliseconds, one connection
+//! therefore carries at most about 128 packets per such interval; the shipper's lanes (one
+//! connection each) add up.
+
+use std::sync::Arc;
+
+use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
+use tidelog_wal::wire::{Congestion, QuicTuning};
+
+/// A setting quinn cannot take; names the `[quic]` key.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("quic.{key}: {value} is out of range")]
+    OutOfRange { key: &'static str, value: String },
+}
+
+/// quinn's transport config from the tuning.
+pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig, TransportError> {
+    let vi = |key: &'static str, v: u64| {
+        quinn::VarInt::from_u64(v).map_err(|_| TransportError::OutOfRange {
+            key,
+            value: v.to_string(),
+        })
+    };
+    let idle =
+        quinn::IdleTimeout::try_from(t.idle_timeout).map_err(|_| TransportError::OutOfRange {
+            key: "idle-timeout",
+            value: format!("{:?}", t.idle_timeout),
+        })?;
+    let mut tc = quinn::TransportConfig::default();
+    tc.receive_window(vi("receive-window", t.receive_window)?)
+        .stream_receive_window(vi("stream-receive-window", t.stream_receive_window)?)
+        .send_window(t.receive_window)
+        .initial_mtu(t.max_udp_payload.max(1200))
+        .min_mtu(t.max_udp_payload.clamp(1200, 1452))
+        .keep_alive_interval(Some(t.keep_alive()))
+        .max_idle_timeout(Some(idle))
+        .packet_threshold(t.packet_threshold)
+        .time_threshold(t.time_threshold)
+        .congestion_controller_factory(congestion(t.congestion));
+    Ok(tc)
+}
+
+/// The congestion controller of a [`Congestion`] choice, with quinn's defaults.
+pub fn congestion(c: Congestion) -> Arc<dyn ControllerFactory + Send + Sync> {
+    match c {
+        Congestion::Bbr => Arc::new(BbrConfig::default()),
+        Congestion::Cubic => Arc::new(CubicConfig::default()),
+        Congestion::NewReno => Arc::new(NewRenoConfig::default()),
+    }
+}
