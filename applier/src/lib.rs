@@ -20,3 +20,4 @@ pub mod retention;
 pub mod store;
 pub mod tls;
 pub mod trx;
+mod write_buffer;

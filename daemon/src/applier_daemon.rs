@@ -215,6 +215,8 @@ pub struct ApplierState {
     /// Pre-loading the look-up indexes into the block cache ([`WarmState`]).
     pub lookup_cache: Arc<std::sync::atomic::AtomicU8>,
     pub cache_size: u64,
+    /// The configuration, for the memory bound `/v1/status` reports.
+    pub config: Arc<crate::config::ApplierConfig>,
     /// `apply-nice` as configured.
     pub apply_nice: i32,
     /// `store-nice` as configured, and how many store workers got it (`Err`: why not).
@@ -256,11 +258,15 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     notify::status("recovering: opening the store and the received logs");
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
-    let (data_dir, cache_size) = (cfg.data_dir.clone(), cfg.cache_size);
+    let data_dir = cfg.data_dir.clone();
+    let store_opts = tidelog_applier::store::StoreOptions {
+        cache_size: cfg.cache_size,
+        write_buffer_size: cfg.write_buffer_size,
+    };
     // Opening reads the retained received logs once: the undecided transactions (and the
     // late intents of committed ones) live there and in memory only.
     let store = Arc::new(
-        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, cache_size))
+        tokio::task::spawn_blocking(move || Store::open_with(&data_dir, &store_opts))
             .await
             .context("opening the store")??,
     );
@@ -352,6 +358,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         cleanup: Arc::new(Mutex::new(None)),
         lookup_cache: Arc::new(std::sync::atomic::AtomicU8::new(WarmState::Empty as u8)),
         cache_size: cfg.cache_size,
+        config: Arc::new(cfg.clone()),
         apply_nice: cfg.apply_nice,
         store_nice,
         received_direct_io: cfg.received_direct_io,
@@ -552,6 +559,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
             "index_bytes": s.store.lookup_index_bytes(),
             "cache_size": s.cache_size,
         },
+        "memory": memory_json(&s.store, &s.config, rows.len()),
         "apply_nice": apply_nice_json(s.apply_nice),
         "store_nice": store_nice_json(&s.store_nice),
         "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
@@ -564,6 +572,46 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
         "tablets": rows,
     })))
+}
+
+/// The process's resident size, the bound it is held below for this configuration and
+/// number of tablets (`applier/STORE.md`, "Memory"), and what the store holds in memory.
+fn memory_json(store: &Store, cfg: &crate::config::ApplierConfig, tablets: usize) -> Value {
+    let m = store.memory();
+    let bound = crate::memory::ApplierBound::of(cfg, tablets);
+    let keyspaces: serde_json::Map<String, Value> = m
+        .keyspaces
+        .iter()
+        .map(|k| {
+            (
+                k.name.to_string(),
+                json!({
+                    "memtable_bytes": k.memtables,
+                    "active_memtable_bytes": k.active_memtable,
+                    "sealed_memtables": k.sealed_memtables,
+                    "old_versions": k.old_versions,
+                    "pinned_filter_bytes": k.pinned_filters,
+                    "pinned_index_bytes": k.pinned_indexes,
+                }),
+            )
+        })
+        .collect();
+    json!({
+        "rss_bytes": crate::memory::rss_bytes(),
+        "bound_bytes": bound.total(),
+        "block_cache_bytes": m.block_cache,
+        "block_cache_capacity": m.block_cache_capacity,
+        "write_buffer_bytes": m.write_buffer,
+        "write_buffer_limit": m.write_buffer_stats.limit,
+        "write_buffer_seals": m.write_buffer_stats.seals,
+        "write_stalls": m.write_buffer_stats.stalls,
+        "write_stalled_ms": m.write_buffer_stats.stalled.as_millis() as u64,
+        "journals": m.journals,
+        "unresolved_txns": m.unresolved_txns,
+        "open_trx": m.open_trx,
+        "aborted_filter_bytes": m.aborted_filter,
+        "keyspaces": keyspaces,
+    })
 }
 
 /// `apply-nice` and whether the threads got it: `set` and `refused` count the apply and
