@@ -75,7 +75,7 @@ fn store_writes_resume_on_their_own_once_space_returns() {
         return;
     };
     let data = fs.path().join("applier");
-    let s = Store::open_with(&data, 8 << 20).unwrap();
+    let s = Store::open_with(&data, &small_cache()).unwrap();
     let tablet = t("t1");
     // Batches of 16 records of 4 KiB, each at its place in a log.
     let len = 4096;
@@ -146,7 +146,7 @@ fn store_writes_resume_on_their_own_once_space_returns() {
     }
     assert_exactly_once(&s, &tablet, n, len);
     drop(s);
-    let s = Store::open_with(&data, 8 << 20).unwrap();
+    let s = Store::open_with(&data, &small_cache()).unwrap();
     assert_exactly_once(&s, &tablet, n, len);
 }
 
@@ -187,7 +187,7 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
     let end2 = w.commit(SyncPolicy::Always).unwrap();
     drop(w);
     let data = fs.path().join("applier");
-    let store = Arc::new(Store::open_with(&data, 8 << 20).unwrap());
+    let store = Arc::new(Store::open_with(&data, &small_cache()).unwrap());
     let consistency = Consistency::start(store.clone(), vec![tablet.clone(), t2.clone()]).unwrap();
     fs.fill(1 << 20);
     let cfg = || ApplyConfig {
@@ -259,4 +259,12 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
         .collect();
     let got: Vec<_> = xs.into_iter().map(|(k, v, _)| (k, v)).collect();
     assert_eq!(got, want);
+}
+
+/// A small block cache: the tests' stores hold little.
+fn small_cache() -> tidelog_applier::store::StoreOptions {
+    tidelog_applier::store::StoreOptions {
+        cache_size: 8 << 20,
+        ..Default::default()
+    }
 }

@@ -64,6 +64,11 @@ pub struct ApplierConfig {
     /// The store's block cache, shared by all its keyspaces; > 0. Default `256MiB`.
     #[serde(deserialize_with = "de_size")]
     pub cache_size: u64,
+    /// The most the store's memtables (the writes not yet flushed to its tables, all
+    /// keyspaces together) may hold: above half of it the largest is flushed, above all of
+    /// it apply waits for the flushes. At least 4MiB. Default `64MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub write_buffer_size: u64,
     /// Threads applying the received logs; tablets are spread over them, each thread taking
     /// its tablets in turn. 0 = half the cores, at least two. Default `0`.
     pub apply_threads: usize,
@@ -436,6 +441,7 @@ impl Default for ApplierConfig {
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
+            write_buffer_size: tidelog_applier::store::DEFAULT_WRITE_BUFFER_SIZE,
             apply_threads: 0,
             runtime_threads: 0,
             apply_nice: 0,
@@ -485,6 +491,12 @@ impl ApplierConfig {
         }
         if self.cache_size == 0 {
             bail!("key \"cache-size\": must be > 0");
+        }
+        if self.write_buffer_size < tidelog_applier::store::MIN_WRITE_BUFFER_SIZE {
+            bail!(
+                "key \"write-buffer-size\": {} is below the minimum 4MiB",
+                self.write_buffer_size
+            );
         }
         if self.apply_threads > MAX_APPLY_THREADS {
             bail!(
@@ -988,6 +1000,7 @@ binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
 cache-size = "1GiB"
+write-buffer-size = "32MiB"
 apply-threads = 3
 runtime-threads = 2
 apply-nice = -5
@@ -1019,6 +1032,8 @@ time-threshold = 2
         assert_eq!(c.segment_size, 1 << 30);
         assert_eq!(c.cache_size, 1 << 30);
         assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
+        assert_eq!(c.write_buffer_size, 32 << 20);
+        assert_eq!(ApplierConfig::default().write_buffer_size, 64 << 20);
         assert_eq!(c.effective_apply_threads(), 3);
         assert_eq!(c.effective_runtime_threads(), 2);
         assert!(ApplierConfig::default().effective_apply_threads() >= 1);
@@ -1401,5 +1416,14 @@ ship-unsynced = true
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");
+        c.cache_size = 1 << 20;
+        c.write_buffer_size = (4 << 20) - 1;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            e.starts_with("key \"write-buffer-size\": 4194303 is below the minimum 4MiB"),
+            "{e}"
+        );
+        c.write_buffer_size = 4 << 20;
+        c.validate().unwrap();
     }
 }
