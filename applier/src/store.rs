@@ -2049,8 +2049,11 @@ impl Store {
 
 // ---- value encodings (little-endian; see applier/STORE.md)
 // ---------------------------------
+//
+// Public, like the binlog's, so that each codec can be driven on its own (the fuzz tests in
+// `tests/fuzz.rs`): every `decode_*` refuses what its `encode_*` does not write.
 
-fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
+pub fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
         None => vec![VALUE_TOMBSTONE],
         Some(v) => {
@@ -2062,7 +2065,7 @@ fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
     match v.split_first() {
         Some((&VALUE_TOMBSTONE, [])) => Ok(None),
         Some((&VALUE_TOMBSTONE, rest)) => {
@@ -2146,7 +2149,7 @@ pub(crate) fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
 const TM_REGISTERED: u8 = 1;
 const TM_OWNER: u8 = 2;
 
-fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
+pub fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(20);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2169,7 +2172,7 @@ fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
+pub fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2226,7 +2229,7 @@ pub struct CutoverReport {
 const CUT_REPORT: u8 = 1;
 const CUT_CLEANED: u8 = 2;
 
-fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
+pub fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2254,7 +2257,7 @@ fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
+pub fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2334,7 +2337,7 @@ fn resolved(st: &TxnState) -> bool {
             .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)))
 }
 
-fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
+pub fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2405,7 +2408,7 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
+pub fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
