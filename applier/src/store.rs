@@ -2127,6 +2127,22 @@ impl<'a> Cur<'a> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("invalid tablet id in {what} at byte {at}"))
     }
+    /// A tablet id of a list kept in ascending order, each once (a map's keys or a set),
+    /// that must come after `prev`: every value then has one encoding only.
+    pub(crate) fn tablet_after(
+        &mut self,
+        what: &str,
+        prev: Option<&TabletId>,
+    ) -> Result<TabletId, String> {
+        let at = self.at;
+        let t = self.tablet(what)?;
+        match prev {
+            Some(p) if *p >= t => Err(format!(
+                "{what} {t} at byte {at} does not follow {p}: the list must be in ascending order, each once"
+            )),
+            _ => Ok(t),
+        }
+    }
     pub(crate) fn end(&self) -> Result<(), String> {
         if self.at == self.buf.len() {
             Ok(())
@@ -2275,7 +2291,7 @@ pub fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
         let n = c.u16("tablet count")?;
         let mut tablets = BTreeMap::new();
         for _ in 0..n {
-            let t = c.tablet("tablet")?;
+            let t = c.tablet_after("tablet", tablets.keys().next_back())?;
             let safe = HybridTime(c.u64("tablet safe time")?);
             let lag = c.u64("tablet lag")?;
             tablets.insert(t, (safe, lag));
@@ -2445,7 +2461,7 @@ pub fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     }
     let n = c.u16("intent tablet count")?;
     for _ in 0..n {
-        let t = c.tablet("intent tablet")?;
+        let t = c.tablet_after("intent tablet", st.intents.keys().next_back())?;
         let k = c.u32("intent count")?;
         let mut list = Vec::with_capacity((k as usize).min(v.len() / 16));
         for _ in 0..k {
@@ -2454,14 +2470,13 @@ pub fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
                 ht: HybridTime(c.u64("intent ht")?),
             });
         }
-        if st.intents.insert(t.clone(), list).is_some() {
-            return Err(format!("tablet {t} listed twice"));
-        }
+        st.intents.insert(t, list);
     }
     if flags & TX_APPLIED_PARTS != 0 {
         let n = c.u16("applied part count")?;
         for _ in 0..n {
-            st.applied_parts.insert(c.tablet("applied part")?);
+            let t = c.tablet_after("applied part", st.applied_parts.last())?;
+            st.applied_parts.insert(t);
         }
     }
     if flags & TX_OPEN != 0 {
