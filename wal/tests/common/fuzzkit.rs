@@ -75,11 +75,12 @@ pub fn check<S>(
     }
 }
 
-/// `short::<name>` (the given case count) and ignored `long::<name>` ([`LONG_CASES`]) tests
-/// for each property `fn <name>(cases: u32)` of the enclosing module.
+/// `short::<name>` (the given case count) and ignored `long::<name>` ([`LONG_CASES`], or
+/// the second count given) tests for each property `fn <name>(cases: u32)` of the enclosing
+/// module.
 #[macro_export]
 macro_rules! fuzz_tests {
-    ($($name:ident: $short:expr;)*) => {
+    ($($name:ident: $short:expr $(, $long:expr)?;)*) => {
         /// The CI form of each property: a short run.
         mod short {
             $(#[test]
@@ -92,7 +93,7 @@ macro_rules! fuzz_tests {
             $(#[test]
             #[ignore = "long fuzz run"]
             fn $name() {
-                super::$name(super::cases(super::LONG_CASES))
+                super::$name(super::cases([$($long,)? super::LONG_CASES][0]))
             })*
         }
     };
