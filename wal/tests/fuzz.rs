@@ -719,8 +719,8 @@ fn live_after_open(root: &Path, mut w: Writer, want: &[Record]) -> Result<(), Te
 }
 
 /// The one segment's file: a header for a segment of `size` bytes, then `area`, padded with
-/// zeros to `size` unless `short`.
-fn write_segment(dir: &Path, area: &[u8], size: u64, short: bool) {
+/// zeros to `size` unless `short`. Returns the record area as written.
+fn write_segment(dir: &Path, area: &[u8], size: u64, short: bool) -> Vec<u8> {
     let mut f = SegmentHeader::new(&tablet(), WalPos(0), size)
         .as_bytes()
         .to_vec();
@@ -728,7 +728,8 @@ fn write_segment(dir: &Path, area: &[u8], size: u64, short: bool) {
     if !short {
         f.resize(size as usize, 0);
     }
-    std::fs::write(dir.join(seg_name(0)), f).unwrap();
+    std::fs::write(dir.join(seg_name(0)), &f).unwrap();
+    f.split_off(SEGMENT_HEADER_LEN)
 }
 
 /// What follows the valid records of a log.
@@ -778,7 +779,8 @@ fn recovery_after_a_valid_prefix(cases: u32) {
                 }
             }
             let size = (SEGMENT_HEADER_LEN + area.len()).next_multiple_of(4096) as u64;
-            write_segment(&dir, &area, size, short);
+            // The padding may complete a damaged record (a removed zero byte comes back).
+            let area = write_segment(&dir, &area, size, short);
             if let Some(delta) = control {
                 let durable = end.saturating_add_signed(delta * 50);
                 std::fs::write(dir.join(CONTROL_FILE), control_bytes(durable, durable, 0)).unwrap();
@@ -844,8 +846,8 @@ fn recovery_of_an_arbitrary_segment(cases: u32) {
 }
 
 /// A valid log with an arbitrary `control` file (random, or a valid one mutated, of any
-/// length): a reader that trusts it stops with an error or reads records of the log, never
-/// panics; the writer rebuilds it from the segments and opens with every record.
+/// length): a reader that trusts it stops with an error or reads a run of the log's records,
+/// never panics; the writer rebuilds it from the segments and opens with every record.
 fn recovery_with_an_arbitrary_control_file(cases: u32) {
     let input = (prop::collection::vec(body(), 0..5), any::<u64>()).prop_flat_map(|(b, extra)| {
         let (recs, area) = place(0, 100, b);
@@ -875,7 +877,11 @@ fn recovery_with_an_arbitrary_control_file(cases: u32) {
             std::fs::write(dir.join(CONTROL_FILE), &control).unwrap();
             for limit in [ReadLimit::Durable, ReadLimit::Written] {
                 match read_log(d.path(), limit, recs.len() + 1) {
-                    Ok(got) => prop_assert!(recs.starts_with(&got), "{got:?}"),
+                    // From the first position the file says is retained: a run of the log.
+                    Ok(got) => prop_assert!(
+                        got.is_empty() || recs.windows(got.len()).any(|w| w == &got[..]),
+                        "{got:?}"
+                    ),
                     Err(e) => {
                         message_text(&e)?;
                     }
