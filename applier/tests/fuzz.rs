@@ -27,7 +27,7 @@ mod fuzzkit;
 use fuzzkit::*;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use tidelog_applier::binlog::{self, BinlogEntry, OpenKind, TrxOpen};
+use tidelog_applier::binlog::{self, BinlogEntry, OpenKind, TrxCommit, TrxOpen};
 use tidelog_applier::keys;
 use tidelog_applier::store::{self, CommitInfo, Cutover, CutoverReport, IntentRef, Store};
 use tidelog_applier::store::{TabletMeta, TxnState};
@@ -37,6 +37,7 @@ fuzz_tests! {
     keys_decode: 1000;
     keys_round_trip: 300;
     value_decode: 1000;
+    value_round_trip: 300;
     tablet_meta_decode: 1000;
     tablet_meta_round_trip: 300;
     cutover_decode: 1000;
@@ -48,6 +49,7 @@ fuzz_tests! {
     trx_commit_decode: 1000;
     gtid_entry_decode: 1000;
     trx_open_decode: 1000;
+    trx_open_round_trip: 300;
     open_abort_key_decode: 1000;
     store_with_arbitrary_values: 3, 2000;
 }
@@ -78,6 +80,66 @@ fn pos() -> impl Strategy<Value = WalPos> {
 
 fn tablets() -> impl Strategy<Value = Vec<TabletId>> {
     prop::collection::vec(tablet_id(), 0..5)
+}
+
+/// A codec's decoder on random bytes and on mutated encodings of `values`: what it accepts
+/// re-encodes to the very bytes decoded, what it refuses has a reason.
+fn decodes_canonically<T: std::fmt::Debug>(
+    name: &str,
+    cases: u32,
+    values: impl Strategy<Value = T> + 'static,
+    max_random: usize,
+    encode: fn(&T) -> Vec<u8>,
+    decode: fn(&[u8]) -> Result<T, String>,
+) {
+    let valid = values.prop_map(move |v| encode(&v));
+    check(
+        name,
+        cases,
+        random_or_mutated(valid, max_random),
+        |(_, b)| {
+            match decode(&b) {
+                Ok(v) => canonical(&encode(&v), &b)?,
+                Err(r) => refused(&r)?,
+            }
+            Ok(())
+        },
+    );
+}
+
+/// `decode(encode(v)) == v` for every `v` of `values`.
+fn round_trips<T: std::fmt::Debug + PartialEq>(
+    name: &str,
+    cases: u32,
+    values: impl Strategy<Value = T>,
+    encode: fn(&T) -> Vec<u8>,
+    decode: fn(&[u8]) -> Result<T, String>,
+) {
+    check(name, cases, values, |v| {
+        let b = encode(&v);
+        prop_assert_eq!(decode(&b), Ok(v));
+        Ok(())
+    });
+}
+
+/// The two properties of each value codec: `decodes_canonically` and `round_trips`.
+macro_rules! codec_properties {
+    ($($decode_name:ident, $round_trip_name:ident: $values:expr, $max:expr, $encode:expr, $decode:expr;)*) => {$(
+        fn $decode_name(cases: u32) {
+            decodes_canonically(stringify!($decode_name), cases, $values, $max, $encode, $decode);
+        }
+        fn $round_trip_name(cases: u32) {
+            round_trips(stringify!($round_trip_name), cases, $values, $encode, $decode);
+        }
+    )*};
+}
+
+codec_properties! {
+    value_decode, value_round_trip: value(), 40, |v| store::encode_value(v.as_deref()), store::decode_value;
+    tablet_meta_decode, tablet_meta_round_trip: tablet_meta(), 60, |m| store::encode_tablet_meta(m).unwrap(), store::decode_tablet_meta;
+    cutover_decode, cutover_round_trip: cutover(), 80, |c| store::encode_cutover(c).unwrap(), store::decode_cutover;
+    txn_decode, txn_round_trip: txn_state(), 120, |st| store::encode_txn(st).unwrap(), store::decode_txn;
+    trx_open_decode, trx_open_round_trip: trx_open(), 100, binlog::encode_open, binlog::decode_open;
 }
 
 // ---- keys ----------------------------------------------------------------------------------
@@ -127,21 +189,9 @@ fn keys_round_trip(cases: u32) {
 
 // ---- store values --------------------------------------------------------------------------
 
-fn value_decode(cases: u32) {
-    let valid = prop::option::of(prop::collection::vec(any::<u8>(), 0..40))
-        .prop_map(|v| store::encode_value(v.as_deref()));
-    check(
-        "value_decode",
-        cases,
-        random_or_mutated(valid, 40),
-        |(_, b)| {
-            match store::decode_value(&b) {
-                Ok(v) => canonical(&store::encode_value(v.as_deref()), &b)?,
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
-    );
+/// A version's value: `None` is a delete.
+fn value() -> impl Strategy<Value = Option<Vec<u8>>> {
+    prop::option::of(prop::collection::vec(any::<u8>(), 0..40))
 }
 
 fn tablet_meta() -> impl Strategy<Value = TabletMeta> {
@@ -166,30 +216,6 @@ fn tablet_meta() -> impl Strategy<Value = TabletMeta> {
         )
 }
 
-fn tablet_meta_decode(cases: u32) {
-    let valid = tablet_meta().prop_map(|m| store::encode_tablet_meta(&m).unwrap());
-    check(
-        "tablet_meta_decode",
-        cases,
-        random_or_mutated(valid, 60),
-        |(_, b)| {
-            match store::decode_tablet_meta(&b) {
-                Ok(m) => canonical(&store::encode_tablet_meta(&m).unwrap(), &b)?,
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
-    );
-}
-
-fn tablet_meta_round_trip(cases: u32) {
-    check("tablet_meta_round_trip", cases, tablet_meta(), |m| {
-        let b = store::encode_tablet_meta(&m).unwrap();
-        prop_assert_eq!(store::decode_tablet_meta(&b), Ok(m));
-        Ok(())
-    });
-}
-
 fn cutover() -> impl Strategy<Value = Cutover> {
     let report = (
         any::<u64>(),
@@ -209,30 +235,6 @@ fn cutover() -> impl Strategy<Value = Cutover> {
             cleaned,
         },
     )
-}
-
-fn cutover_decode(cases: u32) {
-    let valid = cutover().prop_map(|c| store::encode_cutover(&c).unwrap());
-    check(
-        "cutover_decode",
-        cases,
-        random_or_mutated(valid, 80),
-        |(_, b)| {
-            match store::decode_cutover(&b) {
-                Ok(c) => canonical(&store::encode_cutover(&c).unwrap(), &b)?,
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
-    );
-}
-
-fn cutover_round_trip(cases: u32) {
-    check("cutover_round_trip", cases, cutover(), |c| {
-        let b = store::encode_cutover(&c).unwrap();
-        prop_assert_eq!(store::decode_cutover(&b), Ok(c));
-        Ok(())
-    });
 }
 
 /// A transaction's state as the store keeps it (`untraceable` is memory only).
@@ -268,30 +270,6 @@ fn txn_state() -> impl Strategy<Value = TxnState> {
                 untraceable: false,
             },
         )
-}
-
-fn txn_decode(cases: u32) {
-    let valid = txn_state().prop_map(|st| store::encode_txn(&st).unwrap());
-    check(
-        "txn_decode",
-        cases,
-        random_or_mutated(valid, 120),
-        |(_, b)| {
-            match store::decode_txn(&b) {
-                Ok(st) => canonical(&store::encode_txn(&st).unwrap(), &b)?,
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
-    );
-}
-
-fn txn_round_trip(cases: u32) {
-    check("txn_round_trip", cases, txn_state(), |st| {
-        let b = store::encode_txn(&st).unwrap();
-        prop_assert_eq!(store::decode_txn(&b), Ok(st));
-        Ok(())
-    });
 }
 
 // ---- binlog and its indexes ----------------------------------------------------------------
@@ -332,36 +310,49 @@ fn key_and_value(
     ]
 }
 
-fn binlog_entry_decode(cases: u32) {
-    let valid = binlog_entry().prop_map(|e| {
-        (
-            binlog::binlog_key(e.commit_ht, &e.tablet),
-            binlog::encode_entry(&e).unwrap(),
-        )
+/// A keyed record's decoder on random keys and values and on valid ones with either
+/// mutated: what it accepts encodes (`again`) to the very key and value decoded.
+fn key_value_decodes_canonically<T>(
+    name: &str,
+    cases: u32,
+    valid: impl Strategy<Value = (Vec<u8>, Vec<u8>)> + 'static,
+    decode: fn(&[u8], &[u8]) -> Result<T, String>,
+    again: fn(T) -> (Vec<u8>, Vec<u8>),
+) {
+    check(name, cases, key_and_value(valid), |(k, v)| {
+        match decode(&k, &v) {
+            Ok(x) => {
+                let (k2, v2) = again(x);
+                canonical(&k2, &k)?;
+                canonical(&v2, &v)?;
+            }
+            Err(r) => refused(&r)?,
+        }
+        Ok(())
     });
-    check(
+}
+
+fn entry_key_value(e: &BinlogEntry) -> (Vec<u8>, Vec<u8>) {
+    (
+        binlog::binlog_key(e.commit_ht, &e.tablet),
+        binlog::encode_entry(e).unwrap(),
+    )
+}
+
+fn binlog_entry_decode(cases: u32) {
+    let valid = binlog_entry().prop_map(|e| entry_key_value(&e));
+    key_value_decodes_canonically(
         "binlog_entry_decode",
         cases,
-        key_and_value(valid),
-        |(k, v)| {
-            match binlog::decode_entry(&k, &v) {
-                Ok(e) => {
-                    canonical(&binlog::binlog_key(e.commit_ht, &e.tablet), &k)?;
-                    canonical(&binlog::encode_entry(&e).unwrap(), &v)?;
-                }
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
+        valid,
+        binlog::decode_entry,
+        |e| entry_key_value(&e),
     );
 }
 
 fn binlog_entry_round_trip(cases: u32) {
     check("binlog_entry_round_trip", cases, binlog_entry(), |e| {
-        let (k, v) = (
-            binlog::binlog_key(e.commit_ht, &e.tablet),
-            binlog::encode_entry(&e).unwrap(),
-        );
+        let (k, v) = entry_key_value(&e);
         prop_assert_eq!(binlog::decode_entry(&k, &v), Ok(e.clone()));
         let c = binlog::decode_commit(&binlog::encode_commit(&e)).map_err(TestCaseError::fail)?;
         prop_assert_eq!(
@@ -383,30 +374,32 @@ fn binlog_entry_round_trip(cases: u32) {
     });
 }
 
-/// The `trx` index record of a commit (carrier, commit_ht, gtid?, txn?).
+/// The `trx` index record of a commit (carrier, commit_ht, gtid?, txn?), as written.
+fn commit_bytes(c: &TrxCommit) -> Vec<u8> {
+    binlog::encode_commit(&BinlogEntry {
+        commit_ht: c.commit_ht,
+        tablet: c.tablet.clone(),
+        trx_id: None,
+        gtid: c.gtid,
+        txn: c.txn,
+        tablets: Vec::new(),
+    })
+}
+
 fn trx_commit_decode(cases: u32) {
-    let valid = binlog_entry().prop_map(|e| binlog::encode_commit(&e));
-    check(
+    let commits = binlog_entry().prop_map(|e| TrxCommit {
+        commit_ht: e.commit_ht,
+        tablet: e.tablet,
+        gtid: e.gtid,
+        txn: e.txn,
+    });
+    decodes_canonically(
         "trx_commit_decode",
         cases,
-        random_or_mutated(valid, 120),
-        |(_, b)| {
-            match binlog::decode_commit(&b) {
-                Ok(c) => {
-                    let e = BinlogEntry {
-                        commit_ht: c.commit_ht,
-                        tablet: c.tablet,
-                        trx_id: None,
-                        gtid: c.gtid,
-                        txn: c.txn,
-                        tablets: Vec::new(),
-                    };
-                    canonical(&binlog::encode_commit(&e), &b)?;
-                }
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
-        },
+        commits,
+        120,
+        commit_bytes,
+        binlog::decode_commit,
     );
 }
 
@@ -416,56 +409,39 @@ fn gtid_entry_decode(cases: u32) {
         let g = tidelog_wal::Gtid::new(d, s, q);
         (binlog::gtid_key(d, q).to_vec(), binlog::encode_gtid(&e, g))
     });
-    check(
+    key_value_decodes_canonically(
         "gtid_entry_decode",
         cases,
-        key_and_value(valid),
-        |(k, v)| {
-            match binlog::decode_gtid(&k, &v) {
-                Ok(ge) => {
-                    let e = BinlogEntry {
-                        commit_ht: ge.commit_ht,
-                        tablet: ge.tablet,
-                        trx_id: ge.trx_id,
-                        gtid: Some(ge.gtid),
-                        txn: None,
-                        tablets: Vec::new(),
-                    };
-                    canonical(&binlog::gtid_key(ge.gtid.domain, ge.gtid.seq), &k)?;
-                    canonical(&binlog::encode_gtid(&e, ge.gtid), &v)?;
-                }
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
+        valid,
+        binlog::decode_gtid,
+        |ge| {
+            let e = BinlogEntry {
+                commit_ht: ge.commit_ht,
+                tablet: ge.tablet,
+                trx_id: ge.trx_id,
+                gtid: Some(ge.gtid),
+                txn: None,
+                tablets: Vec::new(),
+            };
+            (
+                binlog::gtid_key(ge.gtid.domain, ge.gtid.seq).to_vec(),
+                binlog::encode_gtid(&e, ge.gtid),
+            )
         },
     );
 }
 
-fn trx_open_decode(cases: u32) {
-    let open =
-        (ht(), any::<bool>(), txn(), tablet_id()).prop_map(|(ht, aborted, txn, tablet)| TrxOpen {
-            ht,
-            kind: if aborted {
-                OpenKind::Aborted
-            } else {
-                OpenKind::Pending
-            },
-            txn,
-            tablet,
-        });
-    let valid = open.prop_map(|o| binlog::encode_open(&o));
-    check(
-        "trx_open_decode",
-        cases,
-        random_or_mutated(valid, 100),
-        |(_, b)| {
-            match binlog::decode_open(&b) {
-                Ok(o) => canonical(&binlog::encode_open(&o), &b)?,
-                Err(r) => refused(&r)?,
-            }
-            Ok(())
+fn trx_open() -> impl Strategy<Value = TrxOpen> {
+    (ht(), any::<bool>(), txn(), tablet_id()).prop_map(|(ht, aborted, txn, tablet)| TrxOpen {
+        ht,
+        kind: if aborted {
+            OpenKind::Aborted
+        } else {
+            OpenKind::Pending
         },
-    );
+        txn,
+        tablet,
+    })
 }
 
 fn open_abort_key_decode(cases: u32) {
