@@ -165,11 +165,14 @@ pub fn random_or_mutated(
 
 // ---- ids and records ----
 
+/// Key bytes: binary, zeros, and text rich in what JSON escapes.
 pub fn key() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         1 => Just(Vec::new()),
-        6 => prop::collection::vec(any::<u8>(), 0..48),
+        5 => prop::collection::vec(any::<u8>(), 0..48),
         1 => prop::collection::vec(Just(0u8), 1..8),
+        1 => any::<String>().prop_map(String::into_bytes),
+        1 => "[\"\\\\\x00-\x1f a-z\u{e9}\u{2028}\u{1F600}]{0,16}".prop_map(String::into_bytes),
     ]
 }
 
