@@ -795,10 +795,25 @@ fn recovery_after_a_valid_prefix(cases: u32) {
     );
 }
 
-/// A log whose one segment is arbitrary bytes (random, or a valid segment mutated), read
-/// and then opened: the reader stops with an error rather than panic; opening either
-/// recovers exactly the valid records in front (cutting a torn tail) and goes on, or
-/// refuses with a corruption error naming the file.
+/// The records of `area` (from position `first`) up to offset `stop`, if they are valid
+/// and end exactly there.
+fn records_until(area: &[u8], first: u64, stop: usize) -> Option<Vec<Record>> {
+    let (mut recs, mut off) = (Vec::new(), 0);
+    while off < stop {
+        let Parsed::Record { record, len } = parse_record(&area[off..], first + off as u64) else {
+            return None;
+        };
+        recs.push(record);
+        off += len;
+    }
+    (off == stop).then_some(recs)
+}
+
+/// A log whose first segment is arbitrary bytes (random, or a valid segment mutated) —
+/// the last one, or (`sealed`) followed by a valid segment where its records should end,
+/// opened with every segment verified. Read first: the reader stops with an error rather
+/// than panic. Opening either recovers exactly the valid records (cutting a torn tail of
+/// the last segment) and goes on, or refuses with a corruption error naming the file.
 fn recovery_of_an_arbitrary_segment(cases: u32) {
     let valid = prop::collection::vec(body(), 0..5).prop_map(|b| {
         let (_, area) = place(0, 100, b);
@@ -807,18 +822,34 @@ fn recovery_of_an_arbitrary_segment(cases: u32) {
             .to_vec();
         f.extend_from_slice(&area);
         f.resize(f.len().next_multiple_of(4096), 0);
-        f
+        (area.len(), f)
+    });
+    let input = valid.prop_flat_map(|(end, image)| {
+        (
+            Just(end),
+            random_or_mutated(Just(image), 400),
+            any::<bool>(),
+        )
     });
     check(
         "recovery_of_an_arbitrary_segment",
         cases,
-        random_or_mutated(valid, 400),
-        |(_, file)| {
+        input,
+        |(end, (_, file), sealed)| {
+            let sealed = sealed && end > 0;
             let d = tempfile::tempdir().unwrap();
             let dir = d.path().join(tablet().as_str());
             std::fs::create_dir(&dir).unwrap();
-            let path = dir.join(seg_name(0));
-            std::fs::write(&path, &file).unwrap();
+            std::fs::write(dir.join(seg_name(0)), &file).unwrap();
+            let next = Record::new(HybridTime(1000), Body::Heartbeat);
+            if sealed {
+                let mut f = SegmentHeader::new(&tablet(), WalPos(end as u64), 4096)
+                    .as_bytes()
+                    .to_vec();
+                f.extend(next.encode(WalPos(end as u64)).unwrap());
+                f.resize(4096, 0);
+                std::fs::write(dir.join(seg_name(end as u64)), f).unwrap();
+            }
             if let Err(e) = read_log(d.path(), ReadLimit::Scan, 1000) {
                 message_text(&e)?;
             }
@@ -826,15 +857,33 @@ fn recovery_of_an_arbitrary_segment(cases: u32) {
                 h.validate().is_ok() && h.tablet_str() == b"fz" && h.first_pos.get() == 0
             });
             let area = file.get(SEGMENT_HEADER_LEN..).unwrap_or_default();
-            let (want, want_end) = valid_prefix(area, 0);
-            match Writer::open(d.path(), &tablet(), wal_opts(4096)) {
-                Ok(w) => {
-                    // A file too short for a header is a torn creation, removed.
-                    prop_assert!(header_ok || file.len() < SEGMENT_HEADER_LEN);
+            // What opening must find: every record up to the next segment and its record;
+            // or, in a last segment, the valid prefix (a short file is a torn creation).
+            let want = if sealed {
+                records_until(area, 0, end)
+                    .filter(|_| header_ok)
+                    .map(|mut r| {
+                        r.push(next.clone());
+                        (r, end + RECORD_HEADER_LEN)
+                    })
+            } else if header_ok || file.len() < SEGMENT_HEADER_LEN {
+                Some(valid_prefix(area, 0))
+            } else {
+                None
+            };
+            let opts = WalOptions {
+                verify_on_open: true,
+                ..wal_opts(4096)
+            };
+            match (Writer::open(d.path(), &tablet(), opts), want) {
+                (Ok(w), Some((want, want_end))) => {
                     prop_assert_eq!(w.recovery_report().end, WalPos(want_end as u64));
                     live_after_open(d.path(), w, &want)?;
                 }
-                Err(e) => {
+                (Ok(w), None) => {
+                    prop_assert!(false, "opened a damaged log: {:?}", w.recovery_report())
+                }
+                (Err(e), _) => {
                     let text = message_text(&e)?;
                     prop_assert!(e.is_corruption(), "{e}");
                     prop_assert!(text.contains(&seg_name(0)), "{text}");
@@ -1116,4 +1165,53 @@ fn ids_round_trip(cases: u32) {
         prop_assert_eq!(WalPos(n).to_string().parse::<WalPos>(), Ok(WalPos(n)));
         Ok(())
     });
+}
+
+/// A sealed segment's records end where the next segment begins, whatever bytes follow them
+/// in its file (as recovery and the shipper's tailer take it): a reader moves on to the next
+/// segment there instead of reporting the bytes as a damaged record.
+#[test]
+fn a_reader_leaves_a_sealed_segment_where_the_next_begins() {
+    let d = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(d.path(), &tablet(), wal_opts(4096)).unwrap();
+    let mut want = Vec::new();
+    for i in 0..6u64 {
+        let r = Record::new(
+            HybridTime(10 + i),
+            Body::Write {
+                ops: vec![Op::put(vec![i as u8], vec![7u8; 900])],
+                trx_id: None,
+                gtid: None,
+            },
+        );
+        w.append(&r).unwrap();
+        want.push(r);
+    }
+    w.commit(SyncPolicy::Always).unwrap();
+    w.close().unwrap();
+    let dir = d.path().join(tablet().as_str());
+    let segs = reader::list_segments(&dir).unwrap();
+    assert!(segs.len() >= 2, "{segs:?}");
+    let (next, _) = segs[1];
+    // Damage the unused room of the first segment, right where the second begins.
+    let off = SEGMENT_HEADER_LEN as u64 + next.0;
+    assert!(off + 8 <= 4096);
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::File::options()
+            .write(true)
+            .open(&segs[0].1)
+            .unwrap(),
+        &[0xEE; 8],
+        off,
+    )
+    .unwrap();
+    for limit in [ReadLimit::Durable, ReadLimit::Scan] {
+        assert_eq!(read_log(d.path(), limit, 100).unwrap(), want, "{limit:?}");
+    }
+    let opts = WalOptions {
+        verify_on_open: true,
+        ..wal_opts(4096)
+    };
+    let w = Writer::open(d.path(), &tablet(), opts).unwrap();
+    assert_eq!(w.recovery_report().records_scanned, want.len() as u64);
 }
