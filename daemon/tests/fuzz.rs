@@ -24,11 +24,11 @@ use tidelog::admin::{self, JsonBytes};
 use tidelog::config::{self, ApplierConfig, ShipperConfig};
 
 fuzz_tests! {
-    percent_decoding: 2000;
-    query_numbers_and_waits: 2000;
-    json_bytes: 2000;
+    percent_decoding: 1000;
+    query_numbers_and_waits: 1000;
+    json_bytes: 1000;
     config_files: 300;
-    sizes_and_durations: 2000;
+    sizes_and_durations: 1000;
 }
 
 /// Text rich in what the parsers look at: escapes, hex digits, signs, units, spaces.

@@ -44,24 +44,24 @@ use tidelog_wal::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 fuzz_tests! {
-    wire_arbitrary_bytes: 2000;
-    wire_sealed_arbitrary_bodies: 1000;
+    wire_arbitrary_bytes: 1000;
+    wire_sealed_arbitrary_bodies: 500;
     wire_round_trip: 300;
-    wire_mutated_messages: 600;
-    wire_data_checksum_in_pieces: 500;
-    wire_record_walks: 500;
-    record_parse: 1000;
-    record_body_decode: 1000;
-    record_round_trip: 500;
-    segment_header_decode: 1000;
+    wire_mutated_messages: 500;
+    wire_data_checksum_in_pieces: 300;
+    wire_record_walks: 300;
+    record_parse: 500;
+    record_body_decode: 500;
+    record_round_trip: 300;
+    segment_header_decode: 500;
     recovery_after_a_valid_prefix: 48;
     recovery_of_an_arbitrary_segment: 48;
     recovery_with_an_arbitrary_control_file: 48;
-    acked_file: 200;
-    json_arbitrary_lines: 1000;
-    json_round_trip: 500;
-    ids_from_text: 2000;
-    ids_round_trip: 1000;
+    acked_file: 100;
+    json_arbitrary_lines: 500;
+    json_round_trip: 300;
+    ids_from_text: 1000;
+    ids_round_trip: 500;
 }
 
 fn tablet() -> TabletId {
