@@ -8,8 +8,12 @@
 //!                                                   ▼
 //!  publisher thread: S = core.safe_time(); write S (buffered); publish S
 //!                                                   │
-//!  readers: global.load(Acquire)  ◄─────────────────┘   waiters: wait_for(T, deadline)
+//!  readers: global.load(Acquire)  ◄─────────────────┘   waiters: wait_until(T, deadline)
 //! ```
+//!
+//! Waiters ([`Consistency::wait_until`] for async callers, [`Consistency::wait_for`] for
+//! threads) register their target with a [`SeqWait`]: an async wait holds no thread, and
+//! the publisher pays a fence and a relaxed load per publish while nobody waits.
 //!
 //! S is published as soon as the store batches it covers are written, **before** they are
 //! fsynced: the publisher writes S into the store's journal after those batches and
@@ -31,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,6 +47,7 @@ use crate::core::{Core, Part, SafeTime};
 use crate::doorbell::Doorbell;
 use crate::error::Result;
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
+use crate::seq_wait::{SeqWait, Wake};
 use crate::store::{ApplyOutcome, Durability, Store};
 
 type Waker = Arc<dyn Fn() + Send + Sync>;
@@ -87,10 +92,8 @@ pub struct Consistency {
     /// Age of each published safe time when readers could first see it (the `visible` lag
     /// stage).
     visible_age: LatencyHistogram,
-    /// Callers blocked on `advanced_cv` in [`Consistency::wait_for`] (notified only when
-    /// some are: a condvar notify is a system call, waiter or not).
-    advanced: Mutex<usize>,
-    advanced_cv: Condvar,
+    /// Callers waiting for the published safe time to reach a value.
+    waiters: SeqWait,
     stop: AtomicBool,
     publisher: Mutex<Option<JoinHandle<()>>>,
     /// The cutover's cut (0: none): safe time is frozen there.
@@ -157,8 +160,7 @@ impl Consistency {
         self.stop();
         self.cut.store(cut.0, Ordering::SeqCst);
         self.global.store(cut.0, Ordering::Release);
-        let _g = lock(&self.advanced);
-        self.advanced_cv.notify_all();
+        self.waiters.wake_all();
     }
 
     /// A cutover begins: stops the publisher; [`wait_for`](Self::wait_for) callers keep
@@ -173,8 +175,7 @@ impl Consistency {
     /// was set: waiters give up (the publisher stays stopped).
     pub fn cutover_failed(&self) {
         self.cutting.store(false, Ordering::SeqCst);
-        let _g = lock(&self.advanced);
-        self.advanced_cv.notify_all();
+        self.waiters.wake_all();
     }
 
     /// The cutover's cut, once frozen.
@@ -211,8 +212,7 @@ impl Consistency {
             signal: Doorbell::new(true),
             publish_latency: LatencyHistogram::new(),
             visible_age: LatencyHistogram::new(),
-            advanced: Mutex::new(0),
-            advanced_cv: Condvar::new(),
+            waiters: SeqWait::default(),
             stop: AtomicBool::new(cut.is_some()),
             publisher: Mutex::new(None),
             cut: AtomicU64::new(cut.map_or(0, |c| c.0)),
@@ -401,29 +401,72 @@ impl Consistency {
         }
     }
 
-    /// Blocks until the published safe time is ≥ `ht`, `deadline`, or the publisher stops
-    /// (a shutdown, or a cutover once its cut is set: the safe time advances no more);
-    /// whether it got there.
+    /// Whether the published safe time is ≥ `ht`.
+    fn reached(&self, ht: HybridTime) -> bool {
+        self.safe_time().is_some_and(|s| s >= ht)
+    }
+
+    /// Whether waiting can no longer help: the publisher stopped (a shutdown, or a cutover
+    /// once its cut is set: the safe time advances no more).
+    fn gave_up(&self) -> bool {
+        let awaiting_cut =
+            self.cutting.load(Ordering::SeqCst) && self.cut.load(Ordering::SeqCst) == 0;
+        self.stop.load(Ordering::SeqCst) && !awaiting_cut
+    }
+
+    /// Blocks the calling thread until the published safe time is ≥ `ht`, `deadline`, or
+    /// the publisher stops (a shutdown, or a cutover once its cut is set: the safe time
+    /// advances no more); whether it got there. Async callers use
+    /// [`wait_until`](Self::wait_until), which holds no thread.
     pub fn wait_for(&self, ht: HybridTime, deadline: Instant) -> bool {
-        let mut g = lock(&self.advanced);
         loop {
-            if self.safe_time().is_some_and(|s| s >= ht) {
+            if self.reached(ht) {
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            let awaiting_cut =
-                self.cutting.load(Ordering::SeqCst) && self.cut.load(Ordering::SeqCst) == 0;
-            if left.is_zero() || (self.stop.load(Ordering::SeqCst) && !awaiting_cut) {
+            if self.gave_up() || Instant::now() >= deadline {
                 return false;
             }
-            *g += 1;
-            g = self
-                .advanced_cv
-                .wait_timeout(g, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-            *g -= 1;
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let ticket = self.waiters.register(ht.0, Wake::Thread(tx));
+            if !self.reached(ht) && !self.gave_up() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = rx.recv_timeout(left);
+            }
+            self.waiters.deregister(ticket);
         }
+    }
+
+    /// [`wait_for`](Self::wait_for) for an async caller: the task sleeps, no thread is
+    /// held, however many wait. Dropping the future (a client that went away) removes its
+    /// registration.
+    pub async fn wait_until(&self, ht: HybridTime, deadline: Instant) -> bool {
+        /// Deregisters on every way out, cancellation included.
+        struct Registered<'a>(&'a SeqWait, crate::seq_wait::Ticket);
+        impl Drop for Registered<'_> {
+            fn drop(&mut self) {
+                self.0.deregister(self.1);
+            }
+        }
+        loop {
+            if self.reached(ht) {
+                return true;
+            }
+            if self.gave_up() || Instant::now() >= deadline {
+                return false;
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let _registered =
+                Registered(&self.waiters, self.waiters.register(ht.0, Wake::Task(tx)));
+            if !self.reached(ht) && !self.gave_up() {
+                let _ = tokio::time::timeout_at(deadline.into(), rx).await;
+            }
+        }
+    }
+
+    /// Callers waiting in [`wait_for`](Self::wait_for) or [`wait_until`](Self::wait_until)
+    /// now.
+    pub fn waiters(&self) -> usize {
+        self.waiters.len()
     }
 
     /// What `GET /v1/safe-time` shows.
@@ -467,8 +510,7 @@ impl Consistency {
             let _ = h.join();
         }
         // Waiters give up: nothing will advance the safe time now.
-        let _g = lock(&self.advanced);
-        self.advanced_cv.notify_all();
+        self.waiters.wake_all();
     }
 
     fn publisher_loop(&self) {
@@ -499,12 +541,9 @@ impl Consistency {
                     }
                     match r {
                         Ok(_) => {
-                            self.global.fetch_max(ht.0, Ordering::Release);
+                            let before = self.global.fetch_max(ht.0, Ordering::Release);
                             self.visible_age.record_age(ht);
-                            // A waiter loads the safe time under this lock before it sleeps.
-                            if *lock(&self.advanced) > 0 {
-                                self.advanced_cv.notify_all();
-                            }
+                            self.waiters.advanced(before.max(ht.0));
                         }
                         Err(e) => tracing::error!("writing safe time {ht}: {e}"),
                     }

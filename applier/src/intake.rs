@@ -57,6 +57,9 @@ pub struct IntakeOptions {
     /// cache again once the catch-up is over (`Writer::set_direct_io`). A live stream's
     /// small frames keep the page cache, where apply reads them back at once.
     pub direct_io_in_catch_up: bool,
+    /// The file the CA of the TLS material came from, named when a shipper's certificate
+    /// is refused (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl IntakeOptions {
@@ -71,7 +74,27 @@ impl IntakeOptions {
             queue_frames: 64,
             direct_io: false,
             direct_io_in_catch_up: false,
+            ca_file: None,
         }
+    }
+
+    /// The options of each received log's writer (`direct_io` as the file system allows).
+    pub fn wal_options(&self, direct_io: bool) -> WalOptions {
+        WalOptions {
+            segment_size: self.segment_size,
+            // Written with `append_encoded` only (through the file): nothing to pre-fault.
+            prefault: false,
+            direct_io,
+            ..WalOptions::default()
+        }
+    }
+
+    /// What [`Intake::start`], or the writer of a tablet's received log later, would
+    /// refuse in these options (a segment size outside the WAL's limits).
+    pub fn validate(&self) -> Result<()> {
+        self.wal_options(self.direct_io)
+            .validate()
+            .map_err(anyhow::Error::from)
     }
 }
 
@@ -431,6 +454,7 @@ impl Intake {
         tls: TlsMaterial,
         hook: Option<DurableHook>,
     ) -> Result<Intake> {
+        opts.validate()?;
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         let sc = server_config(tls, &opts.quic)?;
@@ -605,7 +629,25 @@ impl Intake {
                         lock(&shared.conns).remove(&id);
                         shared.release(id);
                     }
-                    Err(e) => tracing::warn!(%remote, "shipper handshake failed: {e}"),
+                    Err(e) => {
+                        let why = e.to_string();
+                        let ca = shared
+                            .opts
+                            .ca_file
+                            .as_ref()
+                            .map_or("the configured CA".to_string(), |p| p.display().to_string());
+                        match tidelog_wal::wire::CertRefusal::of(&why) {
+                            Some(tidelog_wal::wire::CertRefusal::OtherCa) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
+                            ),
+                            Some(_) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not acceptable ({why})"
+                            ),
+                            None => tracing::warn!(%remote, "shipper handshake failed: {why}"),
+                        }
+                    }
                 }
             });
         }
@@ -629,13 +671,7 @@ impl Shared {
             return Ok(ti.clone());
         }
         let root = self.opts.data_dir.join("received");
-        let wopts = WalOptions {
-            segment_size: self.opts.segment_size,
-            // Written with `append_encoded` only (through the file): nothing to pre-fault.
-            prefault: false,
-            direct_io: self.direct_io,
-            ..WalOptions::default()
-        };
+        let wopts = self.opts.wal_options(self.direct_io);
         let writer = Writer::open(&root, t, wopts)
             .with_context(|| format!("opening the received log of tablet {t}"))?;
         let start = writer.written_pos();

@@ -18,6 +18,7 @@ pub mod latency;
 mod periodic;
 pub mod priority;
 pub mod retention;
+mod seq_wait;
 pub mod store;
 pub mod tls;
 pub mod trx;

@@ -80,21 +80,45 @@ impl quinn::ConnectionIdGenerator for RandomCids {
     }
 }
 
-fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
+/// The reset key kept in `data_dir`, if there is one; an error names the file when it
+/// cannot be read or is not a key (at most one byte more than a key is read).
+fn stored_reset_key(data_dir: &std::path::Path) -> Result<Option<[u8; RESET_KEY_LEN]>> {
+    use std::io::Read;
     let path = data_dir.join(RESET_KEY_FILE);
-    match std::fs::read(&path) {
-        Ok(b) => {
-            return b.as_slice().try_into().map_err(|_| {
-                anyhow::anyhow!(
-                    "{}: the QUIC reset key must be {RESET_KEY_LEN} bytes, found {} (delete the file to make a new one)",
-                    path.display(),
-                    b.len()
-                )
-            })
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let mut b = Vec::with_capacity(RESET_KEY_LEN + 1);
+    match std::fs::File::open(&path) {
+        Ok(f) => f
+            .take(RESET_KEY_LEN as u64 + 1)
+            .read_to_end(&mut b)
+            .with_context(|| format!("reading {}", path.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let key = b.as_slice().try_into().map_err(|_| {
+        let found = if b.len() > RESET_KEY_LEN {
+            "more".to_string()
+        } else {
+            b.len().to_string()
+        };
+        anyhow::anyhow!(
+            "{}: the QUIC reset key must be {RESET_KEY_LEN} bytes, found {found} (delete the file to make a new one)",
+            path.display(),
+        )
+    })?;
+    Ok(Some(key))
+}
+
+/// What [`endpoint_config`] would refuse in `data_dir`, without writing anything: a reset
+/// key file that cannot be read or is not a key.
+pub fn check_reset_key(data_dir: &std::path::Path) -> Result<()> {
+    stored_reset_key(data_dir).map(|_| ())
+}
+
+fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
+    if let Some(key) = stored_reset_key(data_dir)? {
+        return Ok(key);
     }
+    let path = data_dir.join(RESET_KEY_FILE);
     // rand's thread generator: a CSPRNG seeded from the operating system.
     let key: [u8; RESET_KEY_LEN] = rand::random();
     tidelog_wal::write_atomic_private(&path, &key)?;

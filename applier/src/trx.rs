@@ -154,9 +154,87 @@ fn fresh(safe: Option<HybridTime>, max_staleness: Duration) -> bool {
     now.saturating_sub(s.physical_micros()) <= max_staleness.as_micros() as u64
 }
 
-/// Answers one `trx_status` question. Malformed input is an `UNKNOWN` answer with a
-/// reason, never an error; errors are store failures only.
+/// Answers one `trx_status` question, waiting up to `q.wait` on this thread for a hint that
+/// is not visible yet. Malformed input is an `UNKNOWN` answer with a reason, never an
+/// error; errors are store failures only. An async caller asks [`trx_status_now`] instead
+/// and waits between two asks without holding a thread.
 pub fn trx_status(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> Result<TrxStatus> {
+    let deadline = Instant::now() + q.wait;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (a, wanted) = trx_status_now(
+            store,
+            view,
+            &TrxQuery {
+                wait: left,
+                ..q.clone()
+            },
+        )?;
+        let Some(wanted) = wanted else {
+            return Ok(a);
+        };
+        if !view.wait_for(wanted, deadline) {
+            // The wait is over (or nothing will move the safe time now): answer as it is.
+            let q = TrxQuery {
+                wait: Duration::ZERO,
+                ..q.clone()
+            };
+            return Ok(trx_status_now(store, view, &q)?.0);
+        }
+    }
+}
+
+/// One `trx_status` look-up that never waits: the answer as things stand, and, when the
+/// client's hint is not visible yet and `q.wait` is not zero, the safe time whose
+/// publication may change it (the hint's `commit_ht`, or the next safe time while the hint
+/// is not in the binlog yet). The caller waits for that safe time (up to `q.wait` in all)
+/// and asks again; see [`trx_status`].
+pub fn trx_status_now(
+    store: &Store,
+    view: &impl SafeTimeView,
+    q: &TrxQuery<'_>,
+) -> Result<(TrxStatus, Option<HybridTime>)> {
+    let probe = Probe {
+        view,
+        wanted: std::cell::Cell::new(None),
+    };
+    let a = answer(store, &probe, q)?;
+    let wanted = probe
+        .wanted
+        .get()
+        .filter(|_| !a.caught_up && !q.wait.is_zero());
+    Ok((a, wanted))
+}
+
+/// A [`SafeTimeView`] whose `wait_for` does not wait: it notes the lowest safe time asked
+/// for ([`trx_status_now`]).
+struct Probe<'a, V> {
+    view: &'a V,
+    wanted: std::cell::Cell<Option<HybridTime>>,
+}
+
+impl<V: SafeTimeView> SafeTimeView for Probe<'_, V> {
+    fn safe_time(&self) -> Option<HybridTime> {
+        self.view.safe_time()
+    }
+    fn wait_for(&self, ht: HybridTime, _deadline: Instant) -> bool {
+        if self.view.safe_time().is_some_and(|s| s >= ht) {
+            return true;
+        }
+        let w = self.wanted.get().map_or(ht, |w| w.min(ht));
+        self.wanted.set(Some(w));
+        false
+    }
+    fn laggiest(&self) -> Option<(TabletId, HybridTime)> {
+        self.view.laggiest()
+    }
+    fn cut(&self) -> Option<HybridTime> {
+        self.view.cut()
+    }
+}
+
+/// One answer without waiting (the view's `wait_for` is a [`Probe`]'s).
+fn answer(store: &Store, view: &impl SafeTimeView, q: &TrxQuery<'_>) -> Result<TrxStatus> {
     let cut = view.cut();
     let a = answer_at(store, view, q, cut)?;
     if let (None, Some(now)) = (cut, view.cut()) {

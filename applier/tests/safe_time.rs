@@ -120,3 +120,62 @@ fn waiters_hold_on_through_a_cutover_until_its_cut_is_set() {
     c.cutover_failed();
     assert!(!rx.recv_timeout(Duration::from_secs(20)).unwrap());
 }
+
+/// `wait_until` holds no thread: 2 000 waiters park on a runtime with one thread, which
+/// still runs other tasks; each is woken when the safe time reaches its target (not
+/// before), the rest give up at their deadline or when the publisher stops, and none stays
+/// registered.
+#[test]
+fn async_waiters_hold_no_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path()).unwrap());
+    let c = Consistency::start(store.clone(), vec![t("a")]).unwrap();
+    c.register_worker(&t("a"), HybridTime::MIN, Arc::new(|| {}));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let far = Instant::now() + Duration::from_secs(60);
+        // Targets 1..=1000 are reached below; 1001..=2000 are not.
+        let tasks: Vec<_> = (1..=2000u64)
+            .map(|target| {
+                let c = c.clone();
+                tokio::spawn(async move { (target, c.wait_until(HybridTime(target), far).await) })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while c.waiters() < 2000 {
+            assert!(Instant::now() < deadline, "{} parked", c.waiters());
+            tokio::task::yield_now().await;
+        }
+        // The one thread is free: another task runs.
+        assert_eq!(tokio::spawn(async { 7 }).await.unwrap(), 7);
+        let (out, _) = heartbeats(&store, &t("a"), WalPos::ZERO, &[1000]);
+        c.after_batch(&t("a"), &out);
+        let mut tasks = tasks.into_iter();
+        for h in tasks.by_ref().take(1000) {
+            let (target, reached) = h.await.unwrap();
+            assert!(reached, "target {target}");
+        }
+        assert_eq!(c.waiters(), 1000);
+        // A short deadline gives up on time, and deregisters.
+        let t0 = Instant::now();
+        assert!(
+            !c.wait_until(HybridTime(5000), Instant::now() + Duration::from_millis(50))
+                .await
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert_eq!(c.waiters(), 1000);
+        // A stop wakes the rest: they did not reach their targets.
+        let c2 = c.clone();
+        tokio::task::spawn_blocking(move || c2.stop())
+            .await
+            .unwrap();
+        for h in tasks {
+            let (target, reached) = h.await.unwrap();
+            assert!(!reached, "target {target}");
+        }
+        assert_eq!(c.waiters(), 0);
+    });
+}

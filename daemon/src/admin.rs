@@ -3,7 +3,13 @@
 //! as decimal strings and keys and values as UTF-8 strings or `{"b64": …}`.
 //!
 //! A daemon builds its `axum::Router` of `/v1/…` routes and hands it to [`serve`], which adds
-//! the JSON 404 fallback:
+//! the JSON 404 fallback and holds every connection to [`Limits`]: a client that has not
+//! sent a whole request head within [`HEADER_READ_TIMEOUT`] is disconnected (a slow or
+//! stuck client, or an idle keep-alive one, holds nothing for long), and beyond
+//! [`MAX_CONNECTIONS`] a new connection is answered 503 `too_many_connections` and closed.
+//! A request that waits (`/v1/safe-time?wait-for=`, `/v1/trx/…?gtid=`) takes a place in a
+//! [`WaitLimit`] (503 `too_many_waiters` when none is left) and waits as an async task:
+//! no wait holds a thread, so `status` answers however many wait.
 //!
 //! ```no_run
 //! # async fn f(shutdown: tokio::sync::oneshot::Receiver<()>) -> anyhow::Result<()> {
@@ -22,6 +28,8 @@ use std::fmt;
 use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use axum::extract::FromRequestParts;
@@ -39,6 +47,120 @@ use serde::{Deserialize, Serialize};
 /// Mode of the admin socket: the daemon's user and group may connect.
 pub const SOCKET_MODE: u32 = 0o660;
 
+/// A connection that has not sent a whole request head within this long after it opened
+/// (or after its last answer, when kept alive) is closed. Clients that keep a connection
+/// open between requests (the benchmarks' samplers) send far more often than this; one
+/// that idles longer reconnects, as with any HTTP server that closes idle connections.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most admin connections served at once (fewer when the open-files limit is low:
+/// [`Limits::for_this_process`]); beyond it a new connection gets a 503
+/// `too_many_connections` and is closed.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// The most requests that may wait at once (`/v1/safe-time?wait-for=`, `/v1/trx/…?gtid=`);
+/// beyond it a request that would wait gets a 503 `too_many_waiters`.
+pub const MAX_WAITERS: usize = 1024;
+
+/// How long a refused connection ([`MAX_CONNECTIONS`]) is given to take its answer.
+const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
+
+/// What the admin server holds its connections to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+}
+
+impl Limits {
+    /// [`MAX_CONNECTIONS`], but at most a quarter of the open-files limit (raised to its
+    /// hard limit first, [`raise_open_files_limit`]): the store, the received logs and the
+    /// sockets need the rest. At least 16.
+    pub fn for_this_process() -> Limits {
+        let files = raise_open_files_limit();
+        let by_files = usize::try_from(files / 4).unwrap_or(usize::MAX);
+        Limits {
+            max_connections: MAX_CONNECTIONS.min(by_files).max(16),
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// Raises the soft open-files limit (`RLIMIT_NOFILE`) to the hard one, as a server that
+/// holds many connections and files should; returns the soft limit in force afterwards.
+pub fn raise_open_files_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local `rlimit`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// The places for requests that wait ([`MAX_WAITERS`]). A request that is answered without
+/// waiting takes none.
+#[derive(Debug, Clone)]
+pub struct WaitLimit {
+    places: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl WaitLimit {
+    pub fn new(max: usize) -> WaitLimit {
+        WaitLimit {
+            places: Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// A place to wait in, held until the permit is dropped; 503 `too_many_waiters` when
+    /// all are taken.
+    pub fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.places.clone().try_acquire_owned().map_err(|_| {
+            ApiError::unavailable(
+                "too_many_waiters",
+                format!(
+                    "{} requests are waiting already, the most this daemon parks at once; \
+                     retry later, or ask without waiting",
+                    self.max
+                ),
+            )
+        })
+    }
+
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.max - self.places.available_permits()
+    }
+
+    /// The most that may wait at once.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+impl Default for WaitLimit {
+    fn default() -> Self {
+        WaitLimit::new(MAX_WAITERS)
+    }
+}
+
 /// Serves `router` (plus the JSON 404 fallback) on the Unix socket `socket` until `shutdown`
 /// completes, then finishes the requests in flight and removes the socket file.
 ///
@@ -55,33 +177,134 @@ pub async fn serve(
 }
 
 /// [`serve`] on a socket already bound with [`bind`] (so a daemon can bind before it tells
-/// systemd it is ready, and serve afterwards).
+/// systemd it is ready, and serve afterwards), with [`Limits::for_this_process`].
 pub async fn serve_bound(
     listener: tokio::net::UnixListener,
     socket: &Path,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    serve_limited(
+        listener,
+        socket,
+        router,
+        shutdown,
+        Limits::for_this_process(),
+    )
+    .await
+}
+
+/// [`serve_bound`] with explicit [`Limits`].
+pub async fn serve_limited(
+    listener: tokio::net::UnixListener,
+    socket: &Path,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> Result<()> {
     let ino = std::fs::symlink_metadata(socket)
         .map(|m| m.ino())
         .with_context(|| format!("admin socket {} vanished after bind", socket.display()))?;
-    tracing::info!(socket = %socket.display(), "admin API listening");
+    tracing::info!(
+        socket = %socket.display(),
+        max_connections = limits.max_connections,
+        "admin API listening"
+    );
     // A known path with another method is an unknown route too: the same JSON 404, not
     // axum's empty 405.
     let app = router
         .fallback(not_found)
         .method_not_allowed_fallback(not_found);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .with_context(|| format!("admin API on {}", socket.display()));
+    serve_http(listener, app, shutdown, limits).await;
     // Remove the socket only if it is still ours (not replaced by a newer daemon).
     if std::fs::symlink_metadata(socket).is_ok_and(|m| m.ino() == ino) {
         if let Err(e) = std::fs::remove_file(socket) {
             tracing::warn!(socket = %socket.display(), error = %e, "cannot remove admin socket");
         }
     }
-    served
+    Ok(())
+}
+
+/// Serves `app` on `listener` (the admin socket, or the TCP listener of `metrics-listen`)
+/// until `shutdown`, holding every connection to `limits`; then lets each connection
+/// finish the request it is serving and waits for them all. Accept errors are logged and
+/// retried by the listener (a full open-files table pauses it for a second).
+pub async fn serve_http<L: axum::serve::Listener>(
+    mut listener: L,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) {
+    let places = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            (stream, _) = listener.accept() => stream,
+        };
+        let Ok(place) = places.clone().try_acquire_owned() else {
+            tokio::spawn(refuse_connection(stream, limits.max_connections));
+            continue;
+        };
+        let conn = http.serve_connection(
+            hyper_util::rt::TokioIo::new(stream),
+            hyper_util::service::TowerToHyperService::new(app.clone()),
+        );
+        let mut closing = closing_rx.clone();
+        tokio::spawn(async move {
+            let mut conn = std::pin::pin!(conn);
+            let closed = async move {
+                let _ = closing.wait_for(|c| *c).await;
+            };
+            let r = tokio::select! {
+                r = conn.as_mut() => r,
+                () = closed => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = r {
+                // A client that went away or timed out sending its head: nothing to answer.
+                tracing::debug!(error = %e, "admin connection ended");
+            }
+            drop(place);
+        });
+    }
+    closing_tx.send_replace(true);
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    let _ = places.acquire_many(all).await;
+}
+
+/// Answers a connection beyond [`Limits::max_connections`] with a 503 and closes it.
+async fn refuse_connection<S>(mut stream: S, max: usize)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = serde_json::json!({
+        "error": "too_many_connections",
+        "message": format!("this server serves {max} connections at once; retry later"),
+    })
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    // Then read what the client sent until it closes: closing a socket with unread data
+    // resets it, and the client would lose the answer.
+    let answer_and_drain = async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_DRAIN, answer_and_drain).await;
 }
 
 /// The daemon-wide stop signal for the servers it runs: `stop()` ends every future that
@@ -113,6 +336,46 @@ impl Default for StopSignal {
     }
 }
 
+/// What is at the admin socket's path before binding.
+enum Leftover {
+    Nothing,
+    /// A socket nobody listens on (a previous run's): removed before binding.
+    StaleSocket,
+}
+
+/// Looks at the admin socket's path: a live socket (another daemon) or a file of another
+/// type is an error.
+fn leftover(socket: &Path) -> Result<Leftover> {
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                bail!(
+                    "admin socket {} is in use by a running process",
+                    socket.display()
+                );
+            }
+            Ok(Leftover::StaleSocket)
+        }
+        Ok(_) => bail!(
+            "admin socket path {} exists and is not a socket; refusing to remove it",
+            socket.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Leftover::Nothing),
+        Err(e) => Err(e).with_context(|| format!("cannot inspect {}", socket.display())),
+    }
+}
+
+/// What [`bind`] would refuse, found without side effects (`--check`, and a start before
+/// its first side effect): a live socket or another file at the path, a directory for it
+/// that cannot be made. The error names the config key `admin-socket`.
+pub fn check_bind(socket: &Path) -> Result<()> {
+    if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {
+        crate::preflight::writable_dir("admin-socket", parent)?;
+    }
+    leftover(socket).context("key \"admin-socket\"")?;
+    Ok(())
+}
+
 /// Binds the admin socket (see [`serve`]) with mode [`SOCKET_MODE`].
 pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
     if let Some(parent) = socket.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -123,26 +386,9 @@ pub async fn bind(socket: &Path) -> Result<tokio::net::UnixListener> {
             )
         })?;
     }
-    match std::fs::symlink_metadata(socket) {
-        Ok(m) if m.file_type().is_socket() => {
-            if tokio::net::UnixStream::connect(socket).await.is_ok() {
-                bail!(
-                    "admin socket {} is in use by a running process",
-                    socket.display()
-                );
-            }
-            std::fs::remove_file(socket).with_context(|| {
-                format!("cannot remove stale admin socket {}", socket.display())
-            })?;
-        }
-        Ok(_) => bail!(
-            "admin socket path {} exists and is not a socket; refusing to remove it",
-            socket.display()
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(e).with_context(|| format!("cannot inspect {}", socket.display()));
-        }
+    if let Leftover::StaleSocket = leftover(socket)? {
+        std::fs::remove_file(socket)
+            .with_context(|| format!("cannot remove stale admin socket {}", socket.display()))?;
     }
     let listener = tokio::net::UnixListener::bind(socket)
         .with_context(|| format!("cannot bind admin socket {}", socket.display()))?;
@@ -549,19 +795,34 @@ mod tests {
         assert!(parse_wait("wait", "5 parsecs").is_err());
     }
 
+    /// A router with `GET /v1/status` only.
+    fn status_only() -> Router {
+        Router::new().route(
+            "/v1/status",
+            axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
+        )
+    }
+
+    /// `req` ("GET /v1/status") on a new connection; the whole answer.
+    async fn ask(p: &Path, req: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::UnixStream::connect(p).await.unwrap();
+        let head =
+            format!("{req} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        c.write_all(head.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
     /// Unknown paths and known paths with another method both get the JSON 404.
     #[tokio::test]
     async fn unknown_routes_and_methods_get_the_json_404() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("admin.sock");
         let l = bind(&p).await.unwrap();
-        let router = Router::new().route(
-            "/v1/status",
-            axum::routing::get(|| async { axum::Json(serde_json::json!({"ok": true})) }),
-        );
         let stop = StopSignal::new();
-        let server = serve_bound(l, &p, router, stop.stopped());
+        let server = serve_bound(l, &p, status_only(), stop.stopped());
         let client = async {
             let mut answers = Vec::new();
             for req in [
@@ -570,14 +831,7 @@ mod tests {
                 "DELETE /v1/status",
                 "GET /v1/nope",
             ] {
-                let mut c = tokio::net::UnixStream::connect(&p).await.unwrap();
-                let head = format!(
-                    "{req} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                );
-                c.write_all(head.as_bytes()).await.unwrap();
-                let mut out = String::new();
-                c.read_to_string(&mut out).await.unwrap();
-                answers.push((req, out));
+                answers.push((req, ask(&p, req).await));
             }
             stop.stop();
             answers
@@ -592,6 +846,57 @@ mod tests {
             assert_eq!(v["error"], "not_found", "{req}: {body}");
             assert_eq!(v["message"], format!("no route {req}"), "{req}: {body}");
         }
+    }
+
+    /// Beyond `max_connections` a connection gets a 503 `too_many_connections`; connections
+    /// that send no request are closed after the header timeout, which frees their places.
+    #[tokio::test]
+    async fn connections_are_capped_and_idle_ones_closed() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("admin.sock");
+        let l = bind(&p).await.unwrap();
+        let router = status_only();
+        let stop = StopSignal::new();
+        let limits = Limits {
+            max_connections: 2,
+            header_read_timeout: Duration::from_secs(2),
+        };
+        let server = tokio::spawn({
+            let p = p.clone();
+            let stopped = stop.stopped();
+            async move { serve_limited(l, &p, router, stopped, limits).await }
+        });
+        let t0 = std::time::Instant::now();
+        let mut idle = Vec::new();
+        for _ in 0..2 {
+            idle.push(tokio::net::UnixStream::connect(&p).await.unwrap());
+        }
+        let refused = ask(&p, "GET /v1/status").await;
+        assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+        assert!(refused.contains("\"too_many_connections\""), "{refused}");
+        if t0.elapsed() < limits.header_read_timeout {
+            // The idle ones are closed at their timeout; then the places are free.
+            for mut c in idle {
+                let mut b = [0u8; 16];
+                let n = tokio::time::timeout(Duration::from_secs(10), c.read(&mut b))
+                    .await
+                    .expect("an idle connection is closed");
+                assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+            }
+            assert!(t0.elapsed() >= limits.header_read_timeout);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let a = ask(&p, "GET /v1/status").await;
+            if a.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{a}");
+        }
+        stop.stop();
+        server.await.unwrap().unwrap();
+        assert!(!p.exists());
     }
 
     #[tokio::test]

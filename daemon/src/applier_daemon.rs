@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,7 +30,7 @@ use tidelog_wal::{Gtid, HybridTime, TabletId, WalPos};
 use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
-use crate::{certs, metrics, notify, service};
+use crate::{certs, metrics, notify, preflight, service};
 
 /// A tablet's state in status and metrics once its apply worker stopped with an error
 /// (whatever its intake state).
@@ -46,8 +46,7 @@ const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 /// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_applier(config_path)?;
-    let (tls, warnings) =
-        preflight(&cfg).map_err(|e| anyhow!("{}: {e:#}", config_path.display()))?;
+    let (tls, warnings) = preflight(&cfg).map_err(|e| config::named(config_path, &e))?;
     config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
@@ -62,16 +61,43 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
     rt.block_on(serve(cfg, tls))
 }
 
-/// The start-up steps that can fail without side effects (all `--check` does after
-/// parsing): loads `[tls]` ([`certs::Material::load`]) and builds the QUIC server config
-/// the intake will build from it. The error names the key (`key "tls.key": …`), also for a
-/// certificate that expired or is not valid yet; the warnings are a private key others can
-/// read and a certificate that expires within 30 days.
+/// Everything a start would refuse, found without side effects: all `--check` does after
+/// parsing, and the first thing a start does, so the two cannot drift. Loads `[tls]`
+/// ([`certs::Material::load`]) and builds the QUIC server config the intake will build
+/// from it; checks the intake's options as its received logs' writers will
+/// (`segment-size`), `data-dir` a directory it can write or make (and a QUIC reset key
+/// there readable), the `listen` and `metrics-listen` addresses free, and the admin socket
+/// bindable ([`admin::check_bind`]). The error names the key (`key "tls.key": …`), also
+/// for a certificate that expired or is not valid yet; the warnings are a private key
+/// others can read and a certificate that expires within 30 days.
 fn preflight(cfg: &ApplierConfig) -> Result<(certs::Material, Vec<String>)> {
     let (tls, warnings) = certs::Material::load_checked(&cfg.tls)?;
     tidelog_applier::tls::server_config(intake_material(&tls), &cfg.quic.tuning())
         .context("[tls]")?;
+    intake_options(cfg)
+        .validate()
+        .context("key \"segment-size\"")?;
+    preflight::writable_dir("data-dir", &cfg.data_dir)?;
+    tidelog_applier::tls::check_reset_key(&cfg.data_dir).context("key \"data-dir\"")?;
+    preflight::udp_free("listen", cfg.listen)?;
+    if let Some(addr) = cfg.metrics_listen {
+        preflight::tcp_free("metrics-listen", addr)?;
+    }
+    admin::check_bind(&cfg.admin_socket)?;
     Ok((tls, warnings))
+}
+
+/// The intake's options from the config (its TLS material apart).
+fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
+    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
+    opts.sync = cfg.sync;
+    opts.segment_size = cfg.segment_size;
+    opts.direct_io = cfg.received_direct_io;
+    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
+    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
+    opts.quic = cfg.quic.tuning();
+    opts.ca_file = Some(cfg.tls.ca.clone());
+    opts
 }
 
 /// The intake's copy of the TLS material.
@@ -223,6 +249,8 @@ pub struct ApplierState {
     pub received_direct_io: bool,
     /// `received-direct-io-in-catch-up` as configured.
     pub received_direct_io_in_catch_up: bool,
+    /// Places for requests that wait on the safe time ([`admin::MAX_WAITERS`]).
+    pub waiters: admin::WaitLimit,
 }
 
 /// Where pre-loading the `trx_status` look-up indexes stands (`/v1/status` `lookup_cache`).
@@ -301,13 +329,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
             cfg.apply_nice,
         )?),
     });
-    let mut opts = IntakeOptions::new(cfg.listen, cfg.data_dir.clone());
-    opts.sync = cfg.sync;
-    opts.segment_size = cfg.segment_size;
-    opts.direct_io = cfg.received_direct_io;
-    opts.direct_io_in_catch_up = cfg.received_direct_io_in_catch_up;
-    opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
-    opts.quic = cfg.quic.tuning();
+    let opts = intake_options(&cfg);
     let a2 = appliers.clone();
     let hook: DurableHook = Arc::new(move |t: &TabletId, _p: WalPos| a2.ensure(t));
     let certs::Material { ca, chain, key } = tls;
@@ -356,6 +378,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         store_nice,
         received_direct_io: cfg.received_direct_io,
         received_direct_io_in_catch_up: cfg.received_direct_io_in_catch_up,
+        waiters: admin::WaitLimit::default(),
     };
     if cutover.as_ref().is_some_and(|c| !c.cleaned) {
         *state.cleanup.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -562,6 +585,8 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         },
         // The async runtime's worker threads (`runtime-threads`), as the runtime has them.
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
+        // Requests parked on the safe time (`wait-for`, a `trx_status` hint), and the cap.
+        "admin_waiters": {"waiting": s.waiters.waiting(), "max": s.waiters.max()},
         "tablets": rows,
     })))
 }
@@ -637,7 +662,7 @@ fn now_micros() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-/// Runs `f` on the blocking pool (store reads, waits on the safe time); a task that panicked
+/// Runs `f` on the blocking pool (store reads and writes); a task that panicked
 /// is a 500.
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
@@ -826,10 +851,10 @@ async fn safe_time(
             None => std::time::Duration::from_secs(1),
             Some(w) => admin::parse_wait("wait", w)?.min(std::time::Duration::from_secs(60)),
         };
-        if s.consistency.safe_time().is_none_or(|st| st < target) {
-            let c = s.consistency.clone();
+        if s.consistency.safe_time().is_none_or(|st| st < target) && !wait.is_zero() {
+            let _place = s.waiters.enter()?;
             let deadline = std::time::Instant::now() + wait;
-            blocking(move || c.wait_for(target, deadline)).await?;
+            s.consistency.wait_until(target, deadline).await;
         }
     } else if q.wait.is_some() {
         return Err(ApiError::bad_request("wait needs wait-for=HT"));
@@ -1032,10 +1057,51 @@ fn trx_json(a: &TrxStatus) -> TrxJson<'_> {
     }
 }
 
+/// A `trx_status` answer, waiting up to `wait` for a hint that is not visible yet: each
+/// look-up is a few point reads, run inline; between two, the request waits as a task for
+/// the safe time the look-up named ([`tidelog_applier::trx::trx_status_now`]), in a place of
+/// the [`admin::WaitLimit`] (503 `too_many_waiters` when none is left), holding no thread.
+async fn trx_answer(
+    s: &ApplierState,
+    trx_id: &str,
+    gtid: Option<&str>,
+    wait: std::time::Duration,
+) -> Result<TrxStatus, ApiError> {
+    let deadline = std::time::Instant::now() + wait;
+    let ask = |wait| {
+        tidelog_applier::trx::trx_status_now(
+            &s.store,
+            &*s.consistency,
+            &TrxQuery {
+                trx_id,
+                gtid_hint: gtid,
+                wait,
+                max_staleness: s.max_staleness,
+            },
+        )
+        .map_err(|e| ApiError::internal(&e.into()))
+    };
+    let mut place = None;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (answer, wanted) = ask(left)?;
+        let Some(wanted) = wanted else {
+            return Ok(answer);
+        };
+        if place.is_none() {
+            place = Some(s.waiters.enter()?);
+        }
+        if !s.consistency.wait_until(wanted, deadline).await {
+            // The wait is over, or nothing will move the safe time now: answer as it is.
+            return Ok(ask(std::time::Duration::ZERO)?.0);
+        }
+    }
+}
+
 /// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
 /// (`UNKNOWN` with a reason) — also one that is not UTF-8 or has a bad `%` escape, so the
 /// id is taken from the raw path; only a bad `wait` is a 400. The look-up is a few point
-/// reads and runs inline; only a hint that is not visible yet waits, on the blocking pool.
+/// reads and runs inline; only a hint that is not visible yet waits ([`trx_answer`]).
 async fn trx_status(
     State(s): State<ApplierState>,
     uri: axum::http::Uri,
@@ -1050,35 +1116,7 @@ async fn trx_status(
         None => tidelog_applier::trx::DEFAULT_WAIT,
         Some(w) => admin::parse_wait("wait", w)?.min(MAX_TRX_WAIT),
     };
-    let has_hint = q.gtid.is_some();
-    let ask = move |s: &ApplierState, wait: std::time::Duration| {
-        tidelog_applier::trx::trx_status(
-            &s.store,
-            &*s.consistency,
-            &TrxQuery {
-                trx_id: &trx_id,
-                gtid_hint: q.gtid.as_deref(),
-                wait,
-                max_staleness: s.max_staleness,
-            },
-        )
-    };
-    let answer = if !has_hint {
-        ask(&s, wait)
-    } else {
-        // A hint that is already visible needs no wait: answer inline (point reads, like
-        // the no-hint case). Only a hint the target has not reached yet (`caught_up:
-        // false`) is asked again on the blocking pool, where it may wait up to `wait`.
-        let first =
-            ask(&s, std::time::Duration::ZERO).map_err(|e| ApiError::internal(&e.into()))?;
-        if first.caught_up || wait.is_zero() {
-            Ok(first)
-        } else {
-            let s2 = s.clone();
-            blocking(move || ask(&s2, wait)).await?
-        }
-    }
-    .map_err(|e| ApiError::internal(&e.into()))?;
+    let answer = trx_answer(&s, &trx_id, q.gtid.as_deref(), wait).await?;
     if let Some(i) = TrxState::ALL.iter().position(|st| *st == answer.state) {
         s.trx_lookups[i].fetch_add(1, Ordering::Relaxed);
     }

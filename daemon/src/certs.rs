@@ -43,6 +43,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::config::TlsConfig;
+use crate::small_file;
 
 /// The ALPN protocol id of the shipper–applier connection.
 pub const ALPN: &[u8] = b"tidelog/1";
@@ -217,10 +218,15 @@ fn write_new(path: &Path, data: &[u8], mode: u32, replace: bool) -> Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
+/// A PEM file's bytes, at most [`small_file::PEM_MAX`].
+fn read_pem(path: &Path) -> Result<Vec<u8>> {
+    small_file::read(path, small_file::PEM_MAX, "a PEM file")
+}
+
 /// Every certificate in a PEM file (at least one).
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?
+    let pem = read_pem(path)?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| anyhow!("{}: bad PEM: {e}", path.display()))?;
     if certs.is_empty() {
@@ -234,7 +240,8 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 
 /// The first private key (PKCS#8, PKCS#1 or SEC1) in a PEM file.
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| match e {
+    let pem = read_pem(path)?;
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
         rustls_pki_types::pem::Error::NoItemsFound => {
             anyhow!("{}: no private key found", path.display())
         }

@@ -24,6 +24,8 @@ use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
 use tidelog_wal::{SyncPolicy, TabletId};
 
+use crate::small_file;
+
 /// `applier.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
@@ -538,9 +540,19 @@ impl ShipperConfig {
         }
     }
 
+    /// The warning for a `wal-dir` that does not exist (yet): the shipper waits for it.
+    pub fn wal_dir_missing(&self) -> Option<String> {
+        (!self.wal_dir.exists()).then(|| {
+            format!(
+                "key \"wal-dir\": {} does not exist yet; the shipper waits for it to appear",
+                self.wal_dir.display()
+            )
+        })
+    }
+
     /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
-    /// consistent, `wal-dir` a directory. The error names the key; callers add the file
-    /// name.
+    /// consistent, `wal-dir` a directory if it exists. The error names the key; callers add
+    /// the file name.
     pub fn validate(&self) -> Result<()> {
         validate_log_level(&self.log_level)?;
         if self.lanes > MAX_LANES {
@@ -555,9 +567,8 @@ impl ShipperConfig {
                 "key \"wal-dir\": {} is not a directory",
                 self.wal_dir.display()
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("key \"wal-dir\": {} does not exist", self.wal_dir.display())
-            }
+            // Not there yet: the shipper waits for it (`wal_dir_missing` warns).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => bail!(
                 "key \"wal-dir\": cannot read {}: {e}",
                 self.wal_dir.display()
@@ -635,17 +646,25 @@ pub fn load_shipper(path: &Path) -> Result<ShipperConfig> {
 /// [`load_applier`] then [`ApplierConfig::validate`]; every error names the file.
 pub fn check_applier(path: &Path) -> Result<ApplierConfig> {
     let c = load_applier(path)?;
-    c.validate()
-        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    c.validate().map_err(|e| named(path, &e))?;
     Ok(c)
 }
 
 /// [`load_shipper`] then [`ShipperConfig::validate`]; every error names the file.
 pub fn check_shipper(path: &Path) -> Result<ShipperConfig> {
     let c = load_shipper(path)?;
-    c.validate()
-        .map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+    c.validate().map_err(|e| named(path, &e))?;
     Ok(c)
+}
+
+/// `F: <error>` for the config file `path`, its quotes of the file's values cut
+/// ([`small_file::shorten`]).
+pub fn named(path: &Path, e: &anyhow::Error) -> anyhow::Error {
+    anyhow!(
+        "{}: {}",
+        path.display(),
+        small_file::shorten(&format!("{e:#}"))
+    )
 }
 
 /// Reports what start-up (or `--check`) found questionable in the daemon configured by
@@ -661,19 +680,40 @@ pub fn report_warnings(path: &Path, warnings: &[String], check: bool) {
     }
 }
 
+/// Reads (at most [`small_file::CONFIG_MAX`]) and parses a config file; the error names
+/// the file and quotes no more than a snippet of it ([`parse_str`]).
 fn load<T: DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text = small_file::read_to_string(path, small_file::CONFIG_MAX, "a config file")
+        .context("cannot read the config file")?;
     parse_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
-/// Parses a config from TOML text. The error names the key at fault but not the file.
+/// A TOML syntax error: where, what, and the part of the line around it (never the whole
+/// of a long line).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let what = small_file::head(e.message().trim_end(), 256);
+    let Some(span) = e.span() else {
+        return format!("TOML parse error: {what}");
+    };
+    let at = span.start.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let line_no = text[..line_start].matches('\n').count() + 1;
+    let col = text[line_start..at].chars().count() + 1;
+    let (shown, caret) = small_file::snippet(&text[line_start..line_end], at - line_start);
+    format!(
+        "TOML parse error at line {line_no}, column {col}: {what}\n  | {shown}\n  | {}^",
+        " ".repeat(caret)
+    )
+}
+
+/// Parses a config from TOML text. The error names the key at fault but not the file, and
+/// quotes a snippet of a long value or line, never the whole.
 pub fn parse_str<T: DeserializeOwned>(text: &str) -> std::result::Result<T, String> {
-    let table: toml::Table =
-        toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;
+    let table: toml::Table = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
     match T::deserialize(toml::Value::Table(table.clone())) {
         Ok(v) => Ok(v),
-        Err(e) => Err(blame_key::<T>(&table, e.message())),
+        Err(e) => Err(small_file::shorten(&blame_key::<T>(&table, e.message()))),
     }
 }
 
@@ -1214,11 +1254,10 @@ ship-unsynced = true
             wal_dir: dir.path().join("wal"),
             ..ShipperConfig::default()
         };
-        let e = format!("{:#}", s.validate().unwrap_err());
-        assert!(
-            e.contains("key \"wal-dir\"") && e.contains("does not exist"),
-            "{e}"
-        );
+        // Missing: valid, with a warning (the shipper waits for it).
+        s.validate().unwrap();
+        let w = s.wal_dir_missing().unwrap();
+        assert!(w.contains("key \"wal-dir\"") && w.contains("waits"), "{w}");
         std::fs::write(dir.path().join("wal"), "x").unwrap();
         let e = format!("{:#}", s.validate().unwrap_err());
         assert!(
@@ -1228,6 +1267,7 @@ ship-unsynced = true
         std::fs::remove_file(dir.path().join("wal")).unwrap();
         std::fs::create_dir(dir.path().join("wal")).unwrap();
         s.validate().unwrap();
+        assert_eq!(s.wal_dir_missing(), None);
         s.reconnect_max = Duration::from_millis(1);
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("reconnect-max"));
         s.reconnect_max = Duration::from_secs(5);

@@ -664,9 +664,14 @@ impl Gen {
     fn commit_session(&mut self, s: usize) -> (TrxId, Gtid) {
         let trx_id = self.sessions[s].commit();
         let gtid = self.gtids.next();
+        self.note_commit(s, trx_id, gtid);
+        (trx_id, gtid)
+    }
+
+    /// Session `s` committed `trx_id` as `gtid`.
+    fn note_commit(&mut self, s: usize, trx_id: TrxId, gtid: Gtid) {
         self.last_abort[s] = None;
         self.last_commit = Some((trx_id, gtid));
-        (trx_id, gtid)
     }
 
     fn sample(&self, ht: HybridTime, trx_id: TrxId, gtid: Gtid, kind: TxnKind, tablet: usize) {
@@ -973,22 +978,20 @@ impl Gen {
                 local_done.push((p.kind, ht, trx_id, gtid, t));
                 continue;
             }
-            let txn = TxnId::from_u128(self.rng.random());
-            let trx_id = self.sessions[p.session].trx_id();
-            let participants: Vec<usize> = p.parts.iter().map(|(t, _)| *t).collect();
+            let mut dt = self.sessions[p.session].begin(TxnId::from_u128(self.rng.random()));
+            // The first participant holds the decision.
+            let status = p
+                .parts
+                .first()
+                .map(|(t, _)| *t)
+                .context("empty transaction")?;
             for (t, ops) in p.parts {
-                self.append(
-                    t,
-                    Body::Intent {
-                        txn,
-                        trx_id: Some(trx_id),
-                        ops,
-                    },
-                )?;
+                let intent = dt.intent(&self.tablets[t], ops);
+                self.append(t, intent)?;
                 touched[t] = true;
                 intent_tablets[t] = true;
             }
-            decisions.push((p.kind, p.session, txn, participants, p.abort));
+            decisions.push((p.kind, p.session, dt, status, p.abort));
         }
         let ends = self.commit_writers(&touched)?;
         for (kind, ht, trx_id, gtid, t) in local_done {
@@ -1013,36 +1016,20 @@ impl Gen {
         // Phase 2: the decisions, on each transaction's status tablet.
         let mut touched = vec![false; self.opts.tablets];
         let mut commits = Vec::new();
-        for (kind, s, txn, participants, abort) in decisions {
-            let status = participants[0];
+        for (kind, s, dt, status, abort) in decisions {
             touched[status] = true;
+            let trx_id = dt.trx_id();
             if abort {
-                let trx_id = self.sessions[s].abort();
+                let body = dt.abort(&mut self.sessions[s])?;
                 self.last_abort[s] = Some(trx_id);
-                self.append(
-                    status,
-                    Body::Abort {
-                        txn,
-                        trx_id: Some(trx_id),
-                    },
-                )?;
+                self.append(status, body)?;
                 self.aborted += 1;
                 continue;
             }
-            let (trx_id, gtid) = self.commit_session(s);
-            let participants = participants
-                .iter()
-                .map(|&t| self.tablets[t].clone())
-                .collect();
-            let ht = self.append(
-                status,
-                Body::Commit {
-                    txn,
-                    participants,
-                    trx_id: Some(trx_id),
-                    gtid: Some(gtid),
-                },
-            )?;
+            let gtid = self.gtids.next();
+            let body = dt.commit(&mut self.sessions[s], Some(gtid))?;
+            self.note_commit(s, trx_id, gtid);
+            let ht = self.append(status, body)?;
             commits.push((kind, ht, trx_id, gtid, status));
         }
         self.commit_writers(&touched)?;

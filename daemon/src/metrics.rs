@@ -593,14 +593,11 @@ pub async fn serve_tcp(
         .await
         .with_context(|| format!("key \"metrics-listen\": cannot listen on tcp {addr}"))?;
     tracing::info!(%addr, "metrics listening");
-    Ok(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router.fallback(crate::admin::not_found))
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            tracing::error!(%addr, "metrics listener: {e}");
-        }
-    }))
+    let app = router.fallback(crate::admin::not_found);
+    let limits = crate::admin::Limits::for_this_process();
+    Ok(tokio::spawn(crate::admin::serve_http(
+        listener, app, shutdown, limits,
+    )))
 }
 
 /// A router with `/metrics` only, for [`serve_tcp`].

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -31,8 +31,7 @@ const FIRST_ATTEMPT_WAIT: std::time::Duration = std::time::Duration::from_secs(5
 /// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_shipper(config_path)?;
-    let (tls, warnings) =
-        preflight(&cfg, check).map_err(|e| anyhow!("{}: {e:#}", config_path.display()))?;
+    let (tls, warnings) = preflight(&cfg, check).map_err(|e| config::named(config_path, &e))?;
     config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
@@ -45,10 +44,12 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
     rt.block_on(serve(cfg, tls))
 }
 
-/// The start-up steps that can fail without side effects (all `--check` does after
-/// parsing): the library options, `[tls]` loaded ([`certs::Material::load`]) and the QUIC
-/// client config built from it as the lanes build it, and the I/O engine chosen the way
-/// [`Shipper::start`] chooses it (`io-engine = "uring"` without a working io_uring fails).
+/// Everything a start would refuse, found without side effects: all `--check` does after
+/// parsing, and the first thing a start does, so the two cannot drift. The library
+/// options, `[tls]` loaded ([`certs::Material::load`]) and the QUIC client config built
+/// from it as the lanes build it, the I/O engine chosen the way [`Shipper::start`] chooses
+/// it (`io-engine = "uring"` without a working io_uring fails), `metrics-listen` free and
+/// the admin socket bindable ([`admin::check_bind`]).
 /// The error names the key (`key "tls.key": …`), also for a certificate that expired or is
 /// not valid yet; the warnings are a private key others can read, a certificate that
 /// expires within 30 days and, with `check`, `auto` falling back to `std` (a start logs
@@ -56,6 +57,7 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<String>)> {
     let opts = options(cfg)?;
     let (tls, mut warnings) = certs::Material::load_checked(&cfg.tls)?;
+    warnings.extend(cfg.wal_dir_missing());
     tidelog_shipper::tls::client_config(&lane_material(&tls), &opts.quic).context("[tls]")?;
     match tidelog_shipper::io::choose(opts.io_engine) {
         Err(e) => bail!("key \"io-engine\": {e}"),
@@ -66,6 +68,10 @@ fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<S
         )),
         Ok(_) => {}
     }
+    if let Some(addr) = cfg.metrics_listen {
+        crate::preflight::tcp_free("metrics-listen", addr)?;
+    }
+    admin::check_bind(&cfg.admin_socket)?;
     Ok((tls, warnings))
 }
 
@@ -97,6 +103,7 @@ pub fn options(cfg: &ShipperConfig) -> Result<ShipperOptions> {
     o.reconnect_max = cfg.reconnect_max;
     o.ship_unsynced = cfg.ship_unsynced;
     o.quic = cfg.quic.tuning();
+    o.ca_file = Some(cfg.tls.ca.clone());
     Ok(o)
 }
 

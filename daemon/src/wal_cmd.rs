@@ -7,14 +7,24 @@
 //! * `append` reads such lines on stdin and appends each as one commit to its tablet. The
 //!   first bad line stops it: everything before it is written and durable, nothing of it is.
 //!   A line must name its tablet, unless `--tablet T` is given: then a line without a
-//!   `tablet` field goes to T, and a line naming another tablet is an error.
+//!   `tablet` field goes to T, and a line naming another tablet is an error. Besides what
+//!   the writer refuses (a key over the limit, an ht not above the last or ahead of the
+//!   clock, a commit naming no participant; FORMAT.md), `append` refuses a commit of a
+//!   transaction that wrote no intent, as far as the logs can tell: none of its
+//!   participants holds an intent of it, and none can get one any more (an intent lies
+//!   below its commit's ht, so a participant whose log already reaches that ht, or the
+//!   commit's own tablet, is complete for it). A participant whose log is not there yet
+//!   may still get them later in the input (`dump` lists tablets one after another), so
+//!   such a commit is taken. A line longer than [`MAX_LINE`] is refused unread.
 //! * `check` reads every record of every segment, validating checksums, positions, ht order
 //!   and segment contiguity, and compares the end reached with the control file's
-//!   `durable_pos`.
+//!   `durable_pos`. An entry of the WAL directory that is not a tablet, or a tablet that
+//!   fails, is reported and the others are still checked; the exit status is non-zero if
+//!   anything was wrong.
 //!
 //! `dump | append --dir D2` reproduces the log: a dump of `D2` is byte-for-byte the first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::os::unix::fs::FileExt;
@@ -24,12 +34,16 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{DEFAULT_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use tidelog_wal::json::{from_json_line_or, write_json_line};
-use tidelog_wal::reader::list_tablets;
+use tidelog_wal::json::{from_json_line_at, write_json_line};
+use tidelog_wal::reader::{list_tablets, scan_tablets};
 use tidelog_wal::{
-    Error as WalError, HybridTime, ReadLimit, Reader, Record, SyncPolicy, TabletId, WalOptions,
-    WalPos, Writer,
+    Body, Error as WalError, HybridClock, HybridTime, ReadLimit, Reader, Record, SyncPolicy,
+    TabletId, TxnId, WalOptions, WalPos, Writer,
 };
+
+/// The longest input line `wal append` reads: a record body is at most 16 MiB, and the
+/// JSON form of its bytes at most about six times that (`\u00XX` escapes).
+pub const MAX_LINE: u64 = 128 << 20;
 
 /// `tidelog wal …`
 #[derive(Debug, Args)]
@@ -134,30 +148,31 @@ fn tablets_of(dir: &Path, only: Option<&TabletId>) -> Result<Vec<TabletId>> {
 /// Opens a reader, or `None` for a tablet directory that holds no segment yet (and whose
 /// control file, if any, does not claim otherwise).
 fn open_reader(wal_dir: &Path, tablet: &TabletId, limit: ReadLimit) -> Result<Option<Reader>> {
-    match Reader::open(wal_dir, tablet, limit) {
-        Ok(r) => Ok(Some(r)),
-        Err(e @ WalError::Truncated { .. }) => {
-            let dir = wal_dir.join(tablet.as_str());
-            let has_segments = std::fs::read_dir(&dir)
-                .with_context(|| format!("listing {}", dir.display()))?
-                .filter_map(|e| e.ok())
-                .any(|e| e.file_name().to_string_lossy().ends_with(".seg"));
-            if has_segments {
-                return Err(e.into());
-            }
-            if let Some(c) = ControlView::open(&dir)? {
-                if c.written() > c.oldest() || c.durable() > c.oldest() {
-                    bail!(
-                        "tablet {tablet}: the control file {} says the log reaches position {} but there are no segment files",
-                        dir.join("control").display(),
-                        c.written().max(c.durable())
-                    );
-                }
-            }
-            Ok(None)
-        }
-        Err(e) => Err(e.into()),
+    let truncated = match Reader::open(wal_dir, tablet, limit) {
+        Ok(r) if !r.segment_starts().is_empty() => return Ok(Some(r)),
+        // No segment (yet): the log is empty if its control file says so.
+        Ok(_) => None,
+        Err(e @ WalError::Truncated { .. }) => Some(e),
+        Err(e) => return Err(e.into()),
+    };
+    let dir = wal_dir.join(tablet.as_str());
+    let has_segments = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().ends_with(".seg"));
+    if let (true, Some(e)) = (has_segments, truncated) {
+        return Err(e.into());
     }
+    if let Some(c) = ControlView::open(&dir)? {
+        if c.written() > c.oldest() || c.durable() > c.oldest() {
+            bail!(
+                "tablet {tablet}: the control file {} says the log reaches position {} but there are no segment files",
+                dir.join("control").display(),
+                c.written().max(c.durable())
+            );
+        }
+    }
+    Ok(None)
 }
 
 // -------------------------------------------------------------------------------------------
@@ -248,8 +263,13 @@ fn append(a: &AppendArgs) -> Result<()> {
 
 /// Parses one input line; with `default_tablet`, a line without a `tablet` field is that
 /// tablet's and a line naming another tablet is refused.
-fn parse_line(line: &str, default_tablet: Option<&TabletId>) -> Result<(TabletId, Record)> {
-    let (tablet, rec) = from_json_line_or(line, default_tablet)?;
+/// `now` gives the hybrid time of `"ht":"now"` for a tablet.
+fn parse_line(
+    line: &str,
+    default_tablet: Option<&TabletId>,
+    now: &mut dyn FnMut(&TabletId) -> std::result::Result<HybridTime, String>,
+) -> Result<(TabletId, Record)> {
+    let (tablet, rec) = from_json_line_at(line, default_tablet, now)?;
     if let Some(t) = default_tablet {
         if tablet != *t {
             bail!("the line's tablet {tablet} is not the tablet given with --tablet {t}");
@@ -268,15 +288,25 @@ fn feed(
 ) -> Result<()> {
     let mut buf = Vec::with_capacity(64 << 10);
     let mut n: u64 = 0;
+    let mut txns = TxnCheck::default();
+    // `"ht":"now"`: this clock, above the tablet's last ht (so consecutive lines, and a log
+    // written by an earlier append, never get an ht that is not increasing).
+    let clock = HybridClock::new();
     loop {
         buf.clear();
-        let got = input
+        let got = io::Read::take(input.by_ref(), MAX_LINE + 1)
             .read_until(b'\n', &mut buf)
             .with_context(|| format!("line {}: reading stdin", n + 1))?;
         if got == 0 {
             return Ok(());
         }
         n += 1;
+        if got as u64 > MAX_LINE {
+            bail!(
+                "line {n}: longer than {} MiB; no record's JSON line can be that long",
+                MAX_LINE >> 20
+            );
+        }
         let line = std::str::from_utf8(&buf).with_context(|| {
             format!(
                 "line {n}: not valid UTF-8 (keys and values that are not UTF-8 are written as {{\"b64\":\"...\"}})"
@@ -285,24 +315,27 @@ fn feed(
         if line.trim().is_empty() {
             continue;
         }
-        let (tablet, rec) =
-            parse_line(line, default_tablet).with_context(|| format!("line {n}"))?;
-        let entry = match writers.entry(tablet) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                let w = Writer::open(wal_dir, v.key(), opts.clone()).with_context(|| {
-                    format!(
-                        "line {n}: opening the log of tablet {} in {}",
-                        v.key(),
-                        wal_dir.display()
-                    )
-                })?;
-                v.insert(Appended {
-                    writer: w,
-                    records: 0,
-                })
+        let mut used_now = false;
+        let (tablet, mut rec) = parse_line(line, default_tablet, &mut |_| {
+            used_now = true;
+            Ok(clock.now())
+        })
+        .with_context(|| format!("line {n}"))?;
+        if used_now {
+            let entry = writer_for(writers, wal_dir, opts, &tablet, n)?;
+            if let Some(last) = entry.writer.last_ht().filter(|last| rec.ht <= *last) {
+                clock.observe(last);
+                rec.ht = clock.now();
             }
-        };
+        }
+        if let Body::Commit {
+            txn, participants, ..
+        } = &rec.body
+        {
+            txns.check_commit(wal_dir, &tablet, rec.ht, *txn, participants, writers)
+                .with_context(|| format!("line {n}: tablet {tablet}"))?;
+        }
+        let entry = writer_for(writers, wal_dir, opts, &tablet, n)?;
         entry
             .writer
             .append(&rec)
@@ -312,7 +345,157 @@ fn feed(
             .commit(sync)
             .with_context(|| format!("line {n}: commit"))?;
         entry.records += 1;
+        match &rec.body {
+            Body::Intent { txn, .. } => txns.intent_written(&tablet, *txn),
+            Body::Commit { txn, .. } | Body::Abort { txn, .. } => txns.decided(*txn),
+            _ => {}
+        }
     }
+}
+
+/// The writer of `tablet`, opened (for line `n`) on first use.
+fn writer_for<'a>(
+    writers: &'a mut BTreeMap<TabletId, Appended>,
+    wal_dir: &Path,
+    opts: &WalOptions,
+    tablet: &TabletId,
+    n: u64,
+) -> Result<&'a mut Appended> {
+    if !writers.contains_key(tablet) {
+        let w = Writer::open(wal_dir, tablet, opts.clone()).with_context(|| {
+            format!(
+                "line {n}: opening the log of tablet {tablet} in {}",
+                wal_dir.display()
+            )
+        })?;
+        writers.insert(
+            tablet.clone(),
+            Appended {
+                writer: w,
+                records: 0,
+            },
+        );
+    }
+    writers
+        .get_mut(tablet)
+        .with_context(|| format!("line {n}: tablet {tablet} has no writer"))
+}
+
+/// What `append` knows of the intents in the logs it writes to, to refuse the commit of a
+/// transaction that wrote none (module doc).
+#[derive(Default)]
+struct TxnCheck {
+    /// Per tablet looked at: what its log holds, read once when first needed and kept up
+    /// to date with the intents appended since.
+    logs: HashMap<TabletId, LogIntents>,
+}
+
+/// The undecided transactions with an intent in one tablet's log, and its last ht.
+#[derive(Default)]
+struct LogIntents {
+    /// `false` when the log could not be read: nothing can be concluded from it.
+    known: bool,
+    last_ht: Option<HybridTime>,
+    intents: HashSet<TxnId>,
+}
+
+/// Intents remembered per tablet before its entry is dropped (it is read again if needed).
+const MAX_REMEMBERED_INTENTS: usize = 1 << 20;
+
+impl TxnCheck {
+    fn check_commit(
+        &mut self,
+        wal_dir: &Path,
+        tablet: &TabletId,
+        commit_ht: HybridTime,
+        txn: TxnId,
+        participants: &[TabletId],
+        writers: &BTreeMap<TabletId, Appended>,
+    ) -> Result<()> {
+        // (A commit naming no participant at all is the writer's to refuse.)
+        for p in participants {
+            let log = self
+                .logs
+                .entry(p.clone())
+                .or_insert_with(|| read_intents(wal_dir, p));
+            if !log.known || log.intents.contains(&txn) {
+                return Ok(());
+            }
+            let last = match writers.get(p) {
+                Some(a) => a.writer.last_ht(),
+                None => log.last_ht,
+            };
+            // Can an intent of `txn` still come to `p`? Only below the commit's ht.
+            if p != tablet && last.is_none_or(|h| h < commit_ht) {
+                return Ok(());
+            }
+        }
+        if participants.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<String> = participants.iter().map(ToString::to_string).collect();
+        bail!(
+            "the commit of txn {txn} at ht {commit_ht}: none of its participants [{}] holds an intent of it, and none can get one any more (its intents must lie below the commit's ht); a transaction that wrote no intent has nothing to commit",
+            names.join(", ")
+        )
+    }
+
+    fn intent_written(&mut self, tablet: &TabletId, txn: TxnId) {
+        if let Some(log) = self.logs.get_mut(tablet) {
+            if log.intents.len() >= MAX_REMEMBERED_INTENTS {
+                self.logs.remove(tablet);
+            } else {
+                log.intents.insert(txn);
+            }
+        }
+    }
+
+    /// A decision for `txn` was written: its intents need no remembering any more.
+    fn decided(&mut self, txn: TxnId) {
+        for log in self.logs.values_mut() {
+            log.intents.remove(&txn);
+        }
+    }
+}
+
+/// The transactions with an intent in the log of `t` as it is now, and its last ht.
+fn read_intents(wal_dir: &Path, t: &TabletId) -> LogIntents {
+    let mut out = LogIntents {
+        known: true,
+        ..Default::default()
+    };
+    let dir = wal_dir.join(t.as_str());
+    if !dir.is_dir() {
+        return out;
+    }
+    let limit = match ControlView::open(&dir) {
+        Ok(Some(_)) => ReadLimit::Written,
+        Ok(None) => ReadLimit::Scan,
+        Err(_) => return LogIntents::default(),
+    };
+    let r = match open_reader(wal_dir, t, limit) {
+        Ok(Some(r)) => r,
+        Ok(None) => return out,
+        Err(_) => return LogIntents::default(),
+    };
+    for item in r {
+        match item {
+            Ok((_, rec)) => {
+                out.last_ht = Some(rec.ht);
+                match rec.body {
+                    Body::Intent { txn, .. } => {
+                        out.intents.insert(txn);
+                    }
+                    Body::Commit { txn, .. } | Body::Abort { txn, .. } => {
+                        out.intents.remove(&txn);
+                    }
+                    _ => {}
+                }
+            }
+            Err(_) => return LogIntents::default(),
+        }
+    }
+    out
 }
 
 /// Syncs and closes every writer, then prints what was appended.
@@ -391,10 +574,20 @@ impl TabletCheck {
 }
 
 fn check(a: &CheckArgs) -> Result<()> {
-    let tablets = tablets_of(&a.dir, a.tablet.as_ref())?;
-    if tablets.is_empty() {
+    // Entries that are not tablets are problems to report, not a reason to stop.
+    let (tablets, others) = match &a.tablet {
+        Some(t) => (vec![t.clone()], Vec::new()),
+        None => scan_tablets(&a.dir)
+            .with_context(|| format!("listing tablets in {}", a.dir.display()))?,
+    };
+    if tablets.is_empty() && others.is_empty() {
         eprintln!("no tablets in {}", a.dir.display());
         return Ok(());
+    }
+    let mut problems = Vec::new();
+    for e in others {
+        eprintln!("error: {e}");
+        problems.push(e.to_string());
     }
     let mut failed = 0usize;
     for t in &tablets {
@@ -408,14 +601,18 @@ fn check(a: &CheckArgs) -> Result<()> {
             Err(e) => {
                 failed += 1;
                 eprintln!("error: {e:#}");
+                problems.push(format!("tablet {t} failed its check (above)"));
             }
         }
     }
-    if failed > 0 {
+    if !problems.is_empty() {
         bail!(
-            "check failed for {failed} of {} tablet{}",
+            "check failed for {failed} of {} tablet{}; {} problem{}: {}",
             tablets.len(),
-            if tablets.len() == 1 { "" } else { "s" }
+            if tablets.len() == 1 { "" } else { "s" },
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems.join("; ")
         );
     }
     Ok(())

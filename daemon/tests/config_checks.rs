@@ -481,3 +481,186 @@ fn io_engine_is_probed_by_check() {
         }
     }
 }
+
+/// What a start refuses, `--check` refuses too, with the same message naming the key: a
+/// `segment-size` the received logs' writer refuses (a start used to accept it and fail
+/// each tablet as it arrived), the QUIC port, the metrics port or the admin socket held by
+/// another process, and a `data-dir` that is a file or lies under one.
+#[test]
+fn check_refuses_what_a_start_refuses() {
+    let s = setup();
+    s.refused(
+        "apply",
+        "segment-size = \"2TiB\"",
+        "segment-size",
+        &["2199023255552", "above 1 TiB"],
+        true,
+    );
+    s.accepted("apply", "segment-size = \"1TiB\"");
+    // The QUIC port.
+    let held = std::net::UdpSocket::bind(("127.0.0.1", s.cluster.port)).unwrap();
+    let addr = format!("udp 127.0.0.1:{}", s.cluster.port);
+    s.refused("apply", "", "listen", &[&addr, "in use"], true);
+    drop(held);
+    s.accepted("apply", "");
+    // The metrics port, on both daemons.
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let set = format!("metrics-listen = \"127.0.0.1:{port}\"");
+    let addr = format!("tcp 127.0.0.1:{port}");
+    s.refused("apply", &set, "metrics-listen", &[&addr, "in use"], true);
+    s.refused("ship", &set, "metrics-listen", &[&addr, "in use"], true);
+    drop(held);
+    s.accepted("apply", &set);
+    // The admin socket: another process listens on it, or it is another kind of file.
+    let sock = s.cluster.root.join("held.sock");
+    let held = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let set = format!("admin-socket = \"{}\"", sock.display());
+    for cmd in ["apply", "ship"] {
+        s.refused(
+            cmd,
+            &set,
+            "admin-socket",
+            &["in use by a running process"],
+            true,
+        );
+    }
+    drop(held);
+    // Nobody listens now: a stale socket, which a start replaces.
+    s.accepted("apply", &set);
+    let plain = s.cluster.root.join("plain-file");
+    std::fs::write(&plain, "keep me").unwrap();
+    let set = format!("admin-socket = \"{}\"", plain.display());
+    s.refused("apply", &set, "admin-socket", &["not a socket"], false);
+    let set = format!("admin-socket = \"{}/x.sock\"", plain.display());
+    s.refused("ship", &set, "admin-socket", &["is not a directory"], false);
+    assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
+    // data-dir: a file, or under a file.
+    let set = format!("data-dir = \"{}\"", plain.display());
+    s.refused("apply", &set, "data-dir", &["is not a directory"], true);
+    let set = format!("data-dir = \"{}/store\"", plain.display());
+    s.refused(
+        "apply",
+        &set,
+        "data-dir",
+        &["is not a directory (making "],
+        false,
+    );
+    assert_eq!(std::fs::read(&plain).unwrap(), b"keep me");
+    // A QUIC reset key in data-dir that is not one.
+    let data = s.cluster.root.join("data-with-bad-key");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("quic-reset.key"), "short").unwrap();
+    let set = format!("data-dir = \"{}\"", data.display());
+    s.refused(
+        "apply",
+        &set,
+        "data-dir",
+        &["quic-reset.key", "must be 64 bytes, found 5"],
+        true,
+    );
+}
+
+/// Stderr of a refusal: short, and no panic.
+fn short_refusal(out: &Output, what: &str) -> String {
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{what}: {}",
+        &err[..err.len().min(2000)]
+    );
+    assert!(
+        err.len() < 4096,
+        "{what}: {} bytes of stderr: {}…",
+        err.len(),
+        &err[..err.len().min(300)]
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{what}: {err}"
+    );
+    err
+}
+
+/// A file the daemon reads is read up to a cap: a PEM file at `/dev/zero` (which used to
+/// abort on a 2 GB allocation with a backtrace) or a config file above 16 MiB is a short
+/// error naming the file and the cap; an error about a huge value or line in a config file
+/// quotes a snippet, never the whole.
+#[test]
+fn file_reads_and_quoted_inputs_are_capped() {
+    let s = setup();
+    for (cmd, key) in [("apply", "ca"), ("apply", "key"), ("ship", "cert")] {
+        let set = format!("{key} = \"/dev/zero\"");
+        s.refused(
+            cmd,
+            &set,
+            &format!("tls.{key}"),
+            &["/dev/zero", "more than a PEM file may (1 MiB)"],
+            cmd == "apply" && key == "ca",
+        );
+        let out = s.run(cmd, &set, true);
+        short_refusal(&out, &set);
+    }
+
+    // Above the cap: refused from its size, not read (nor echoed).
+    let big = s.cluster.root.join("big.toml");
+    {
+        let mut f = std::fs::File::create(&big).unwrap();
+        use std::io::Write;
+        f.write_all(b"listen = ").unwrap();
+        f.set_len(20 << 20).unwrap();
+    }
+    let bigp = big.to_str().unwrap();
+    for cmd in ["apply", "ship"] {
+        for check in [true, false] {
+            let mut args = vec![cmd, "--config", bigp];
+            if check {
+                args.push("--check");
+            }
+            let out = tidelog_in(&s.cwd, &args);
+            let err = short_refusal(&out, cmd);
+            assert!(
+                err.contains(&format!(
+                    "{bigp} holds 20971520 bytes, more than a config file may (16 MiB)"
+                )),
+                "{err}"
+            );
+        }
+    }
+
+    // Under the cap, with a value, a key and a line of 4 MiB: the message names the key
+    // or the line and quotes a snippet.
+    let huge = "x".repeat(4 << 20);
+    let cases = [
+        (
+            format!("max-staleness = \"{huge}\""),
+            "key \"max-staleness\": invalid duration \"xxxx",
+        ),
+        (format!("{huge} = 1"), "unknown key \"xxxx"),
+        (
+            format!("listen = {huge}"),
+            "TOML parse error at line 1, column 10",
+        ),
+        (
+            format!("expect-tablets = [\"{huge}\"]"),
+            "key \"expect-tablets\"",
+        ),
+    ];
+    let path = s.cfg("apply").to_path_buf();
+    let good = std::fs::read_to_string(&path).unwrap();
+    for (line, want) in &cases {
+        std::fs::write(&path, format!("{line}\n{good}")).unwrap();
+        let out = tidelog_in(
+            &s.cwd,
+            &["apply", "--config", path.to_str().unwrap(), "--check"],
+        );
+        let err = short_refusal(&out, want);
+        assert!(err.contains(want), "{want}: {err}");
+        assert!(
+            err.contains(&format!("({} bytes)", huge.len())) || err.contains('…'),
+            "{err}"
+        );
+    }
+    std::fs::write(&path, good).unwrap();
+}

@@ -669,3 +669,236 @@ fn a_missing_directory_is_named_with_its_os_error_once() {
     assert!(err.contains(s(&missing)), "{err}");
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 }
+
+fn now_ht() -> u64 {
+    tidelog_wal::HybridTime::from_system_time(std::time::SystemTime::now()).0
+}
+
+/// The keys that crashed the target (65 526 bytes; 32 763 NUL bytes, which the store's
+/// encoding doubles) are refused by `wal append`, naming the line, the tablet and the
+/// limit; the lines before stay written. The longest key allowed goes through.
+#[test]
+fn append_refuses_keys_over_the_end_to_end_limit() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let nuls = base64_of(&[0u8; 32_763]);
+    let longest = "K".repeat(32_752);
+    for (bad, len) in [
+        (
+            format!(r#"{{"key":"{}","value":"v"}}"#, "K".repeat(65_526)),
+            65_526,
+        ),
+        (
+            format!(r#"{{"key":{{"b64":"{nuls}"}},"value":"v"}}"#),
+            32_763,
+        ),
+    ] {
+        std::fs::remove_dir_all(&wal).ok();
+        let ht = now_ht();
+        let input = [
+            format!(r#"{{"tablet":"k2","kind":"heartbeat","ht":"{}"}}"#, ht + 1),
+            format!(
+                r#"{{"tablet":"k2","kind":"write","ht":"{}","ops":[{bad}]}}"#,
+                ht + 2
+            ),
+        ]
+        .join("\n");
+        let err = stderr(&fails(append(&wal, &input, &[])));
+        for part in [
+            "line 2",
+            "tablet k2",
+            &format!("key is {len} bytes"),
+            "limit 32752",
+        ] {
+            assert!(err.contains(part), "{part:?} not in {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let v = lines(&stdout(&ok(dump(&wal, &[]))));
+    assert_eq!(v.len(), 1, "only the first heartbeat is written");
+    let input = format!(
+        r#"{{"tablet":"k2","kind":"write","ht":"{}","ops":[{{"key":"{longest}","value":"v"}}]}}"#,
+        now_ht()
+    );
+    ok(append(&wal, &input, &[]));
+    let v = lines(&stdout(&ok(dump(&wal, &[]))));
+    assert_eq!(v[1]["ops"][0]["key"], longest.as_str());
+}
+
+fn base64_of(b: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// An ht beyond the wall clock plus the allowed skew (the one that held the target's safe
+/// time in 2112 among them) is refused, naming the line and the tablet; nothing is written.
+#[test]
+fn append_refuses_an_ht_ahead_of_the_clock() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let err = stderr(&fails(append(
+        &wal,
+        r#"{"tablet":"e1","kind":"heartbeat","ht":"18446744073709551615"}"#,
+        &[],
+    )));
+    for part in [
+        "line 1",
+        "tablet e1",
+        "ahead of this host's clock",
+        "500 ms",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    let in_a_minute = now_ht() + (60_000_000 << 12);
+    let input = format!(
+        "{{\"tablet\":\"e1\",\"kind\":\"heartbeat\",\"ht\":\"{}\"}}\n{{\"tablet\":\"e1\",\"kind\":\"heartbeat\",\"ht\":\"{in_a_minute}\"}}\n",
+        now_ht()
+    );
+    let err = stderr(&fails(append(&wal, &input, &[])));
+    assert!(err.contains("line 2") && err.contains("tablet e1"), "{err}");
+    assert_eq!(lines(&stdout(&ok(dump(&wal, &[])))).len(), 1);
+}
+
+/// A commit naming no participant is refused; so is the commit of a transaction that
+/// wrote no intent where the logs can tell (its participants' logs already reach its ht,
+/// or the participant is its own tablet). A participant whose intents may still come later
+/// in the input (as in a dump, one tablet after another) is taken, and so is a commit whose
+/// intents were written by an earlier run.
+#[test]
+fn append_refuses_commits_of_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let commit = |t: &str, ht: u64, txn: &str, parts: &str| {
+        format!(
+            r#"{{"tablet":"{t}","kind":"commit","ht":"{ht}","txn":"{txn}","participants":[{parts}]}}"#
+        )
+    };
+    let intent = |t: &str, ht: u64, txn: &str| {
+        format!(
+            r#"{{"tablet":"{t}","kind":"intent","ht":"{ht}","txn":"{txn}","ops":[{{"key":"k","value":"v"}}]}}"#
+        )
+    };
+    let hb = |t: &str, ht: u64| format!(r#"{{"tablet":"{t}","kind":"heartbeat","ht":"{ht}"}}"#);
+
+    let err = stderr(&fails(append(&wal, &commit("s", 10, TXN_A, ""), &[])));
+    for part in ["line 1", "tablet s", TXN_A, "no participant"] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    // The commit's own tablet as its only participant, holding no intent of it.
+    let err = stderr(&fails(append(&wal, &commit("s", 11, TXN_A, r#""s""#), &[])));
+    for part in [
+        "line 1",
+        "tablet s",
+        TXN_A,
+        "holds an intent",
+        "nothing to commit",
+    ] {
+        assert!(err.contains(part), "{part:?} not in {err}");
+    }
+    // A participant whose log already reaches past the commit's ht without an intent.
+    let input = [hb("p", 20), commit("s", 15, TXN_A, r#""p""#)].join("\n");
+    let err = stderr(&fails(append(&wal, &input, &[])));
+    assert!(err.contains("line 2") && err.contains("[p]"), "{err}");
+    // Intents first: taken. Intents that may come later (p's log is behind): taken.
+    let input = [
+        intent("q", 30, TXN_A),
+        commit("s", 31, TXN_A, r#""q""#),
+        commit("s", 32, TXN_B, r#""r""#),
+        intent("r", 25, TXN_B),
+    ]
+    .join("\n");
+    ok(append(&wal, &input, &[]));
+    // Intents written by an earlier run count too.
+    const TXN_C: &str = "cc0102030405060708090a0b0c0d0e0f";
+    ok(append(&wal, &intent("q", 40, TXN_C), &[]));
+    ok(append(&wal, &commit("s", 41, TXN_C, r#""q""#), &[]));
+    // The sample's dump appends again as it was (its commits follow their intents or
+    // precede tablets not written yet).
+    let again = d.path().join("again");
+    let first = ok(dump(&wal, &[])).stdout;
+    ok(tidelog(&["wal", "append", "--dir", s(&again)], &first));
+    assert!(ok(dump(&again, &[])).stdout == first);
+}
+
+/// `wal check` reports an entry that is not a tablet and goes on checking the others; it
+/// exits non-zero at the end, naming each problem.
+#[test]
+fn check_reports_odd_entries_and_checks_the_rest() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    std::fs::create_dir(wal.join("lost+found")).unwrap();
+    std::fs::write(wal.join("notes.txt"), b"hello").unwrap();
+    let o = fails(check(&wal, &[]));
+    let (out, err) = (stdout(&o), stderr(&o));
+    assert!(
+        out.contains("t1: ok") && out.contains("t2: ok"),
+        "{out}\n{err}"
+    );
+    let summary = err.lines().last().unwrap();
+    assert!(
+        summary.contains("lost+found") && summary.contains("notes.txt"),
+        "{err}"
+    );
+    assert!(summary.contains("2 problems"), "{err}");
+    // A damaged tablet beside them is named too, and the good ones still pass.
+    let seg = segments(&wal.join("t1")).remove(0);
+    flip_byte(&seg, 0);
+    let o = fails(check(&wal, &[]));
+    assert!(stdout(&o).contains("t2: ok"), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.lines().last().unwrap().contains("tablet t1"), "{err}");
+}
+
+/// No input line makes `wal append` panic: garbage, deep nesting, huge numbers, fields of
+/// every wrong type, oversize values and a line longer than any record's each get a clear
+/// error naming the line; what came before is written.
+#[test]
+fn append_never_panics_on_bad_input() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    let ht = now_ht();
+    let good = format!(r#"{{"tablet":"g","kind":"heartbeat","ht":"{ht}"}}"#);
+    let mut bad: Vec<Vec<u8>> = vec![
+        b"\x00\x01\x02".to_vec(),
+        "[".repeat(100_000).into_bytes(),
+        br#"{"tablet":"g","kind":"heartbeat","ht":1e400}"#.to_vec(),
+        br#"{"tablet":"g","kind":"heartbeat","ht":"99999999999999999999999"}"#.to_vec(),
+        br#"{"tablet":"g","kind":"write","ht":"5","ops":{"key":"k"}}"#.to_vec(),
+        br#"{"tablet":"g","kind":"write","ht":"5","ops":[{"key":{"b64":"!!"},"value":null}]}"#
+            .to_vec(),
+        br#"{"tablet":["g"],"kind":7,"ht":null}"#.to_vec(),
+        format!(
+            r#"{{"tablet":"g","kind":"write","ht":"{}","ops":[{{"key":"k","value":"{}"}}]}}"#,
+            ht + 1,
+            "v".repeat(9 << 20)
+        )
+        .into_bytes(),
+        format!(
+            r#"{{"tablet":"g","kind":"commit","ht":"{}","txn":"{TXN_A}","participants":[{}]}}"#,
+            ht + 1,
+            vec![r#""p""#; 5000].join(",")
+        )
+        .into_bytes(),
+    ];
+    // Longer than any record's line may be: refused unread.
+    let mut long = br#"{"tablet":"g","kind":"heartbeat","ht":""#.to_vec();
+    long.resize(129 << 20, b'1');
+    bad.push(long);
+    for line in bad {
+        let mut input = good.clone().into_bytes();
+        input.push(b'\n');
+        input.extend_from_slice(&line);
+        input.push(b'\n');
+        let o = fails(tidelog(&["wal", "append", "--dir", s(&wal)], &input));
+        let err = stderr(&o);
+        assert!(err.contains("line 2"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.len() < 4096,
+            "the error quotes too much: {} bytes",
+            err.len()
+        );
+        std::fs::remove_dir_all(&wal).unwrap();
+    }
+}

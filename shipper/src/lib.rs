@@ -65,6 +65,9 @@ pub struct ShipperOptions {
     pub rescan_interval: Duration,
     /// How often the source's `acked` files are rewritten (each write is two fsyncs).
     pub acked_interval: Duration,
+    /// The file the CA in [`TlsMaterial::ca`] came from, named when the applier's
+    /// certificate is refused (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl ShipperOptions {
@@ -86,6 +89,7 @@ impl ShipperOptions {
             quic: wire::QuicTuning::default(),
             rescan_interval: Duration::from_secs(1),
             acked_interval: Duration::from_millis(500),
+            ca_file: None,
         }
     }
 }
@@ -94,6 +98,18 @@ impl ShipperOptions {
 const SOURCE_RETRY: Duration = Duration::from_secs(1);
 
 /// Shipping states of a tablet, as shown in status.
+///
+/// | state | meaning |
+/// | --- | --- |
+/// | `connecting` | no stream to the applier yet (connecting, or reopening after an error) |
+/// | `streaming` | shipping; what is not acknowledged yet fits in one window |
+/// | `catching_up` | a backlog: more than one window not acknowledged, or bytes shipped and not acknowledged while nothing new was written |
+/// | `idle` | everything written is acknowledged; keep-alives carry the tablet's safe time |
+/// | `needs_bootstrap` | the applier asks for a position the source already deleted |
+/// | `refused` | the applier gives the tablet to another live shipper (or was promoted) |
+/// | `target_error` | the applier cannot take the tablet: its disk or the tablet's received log failed; the reason is the applier's, and the shipper retries |
+/// | `paused` | stopped by `pause` |
+/// | `error` | the source cannot be read at the position to ship (retried) |
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ShipState {
@@ -104,11 +120,13 @@ pub enum ShipState {
     Refused = 4,
     Paused = 5,
     Error = 6,
+    CatchingUp = 7,
+    TargetError = 8,
 }
 
 impl ShipState {
     /// Every state (the metrics export each).
-    pub const ALL: [ShipState; 7] = [
+    pub const ALL: [ShipState; 9] = [
         ShipState::Connecting,
         ShipState::Streaming,
         ShipState::Idle,
@@ -116,6 +134,8 @@ impl ShipState {
         ShipState::Refused,
         ShipState::Paused,
         ShipState::Error,
+        ShipState::CatchingUp,
+        ShipState::TargetError,
     ];
 
     pub fn name(self) -> &'static str {
@@ -127,6 +147,8 @@ impl ShipState {
             ShipState::Refused => "refused",
             ShipState::Paused => "paused",
             ShipState::Error => "error",
+            ShipState::CatchingUp => "catching_up",
+            ShipState::TargetError => "target_error",
         }
     }
     fn from_u8(v: u8) -> ShipState {
@@ -137,9 +159,79 @@ impl ShipState {
             4 => ShipState::Refused,
             5 => ShipState::Paused,
             6 => ShipState::Error,
+            7 => ShipState::CatchingUp,
+            8 => ShipState::TargetError,
             _ => ShipState::Connecting,
         }
     }
+
+    /// The state shown for a tablet whose lane last set `self`, with `lag` bytes written and
+    /// not acknowledged and `window` the in-flight limit: a lane only says whether it found
+    /// something to ship (`streaming`) or not (`idle`); how far behind the tablet is decides
+    /// between `idle`, `streaming` and `catching_up`.
+    pub fn shown(self, lag: u64, window: u64) -> ShipState {
+        match self {
+            ShipState::Idle if lag > 0 => ShipState::CatchingUp,
+            ShipState::Streaming if lag > window => ShipState::CatchingUp,
+            other => other,
+        }
+    }
+}
+
+/// The state a refusal in the applier's Welcome puts a tablet in: `refused` when the
+/// applier gives it to another live shipper or takes no shipped logs any more (promoted);
+/// `target_error` for anything else the applier reports (it could not open the tablet's
+/// received log: its disk is full or failed). The reason text is the applier's, unchanged.
+pub fn refusal_state(reason: &str) -> ShipState {
+    if reason.contains("already shipped by live shipper") || reason.contains("promot") {
+        ShipState::Refused
+    } else {
+        ShipState::TargetError
+    }
+}
+
+/// The state an applier's Error on a tablet stream puts the tablet in, by its code:
+/// `target_error` when the applier's side of the tablet failed (`io`: its received log
+/// could not be written; any code this shipper does not know of is taken so too), else
+/// `connecting` (the stream is reopened: `corrupt_frame`, `bad_position`, `claimed`,
+/// `protocol`, `needs_bootstrap`).
+pub fn stream_error_state(code: &str) -> ShipState {
+    match code {
+        "corrupt_frame" | "bad_position" | "claimed" | "protocol" | "needs_bootstrap" => {
+            ShipState::Connecting
+        }
+        _ => ShipState::TargetError,
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn states_say_how_far_behind_a_tablet_is_and_whose_fault_a_refusal_is() {
+    let w = 16 << 20;
+    assert_eq!(ShipState::Idle.shown(0, w), ShipState::Idle);
+    // Everything shipped, megabytes not acknowledged: not idle.
+    assert_eq!(ShipState::Idle.shown(5 << 20, w), ShipState::CatchingUp);
+    assert_eq!(ShipState::Streaming.shown(0, w), ShipState::Streaming);
+    assert_eq!(ShipState::Streaming.shown(w, w), ShipState::Streaming);
+    assert_eq!(ShipState::Streaming.shown(w + 1, w), ShipState::CatchingUp);
+    assert_eq!(ShipState::Paused.shown(w + 1, w), ShipState::Paused);
+    assert_eq!(
+        refusal_state(
+            "tablet t0 is already shipped by live shipper \"a\" from 127.0.0.1:1; refused for shipper \"b\""
+        ),
+        ShipState::Refused
+    );
+    assert_eq!(
+        refusal_state("this target was promoted to primary at ht 5; it accepts no shipped logs"),
+        ShipState::Refused
+    );
+    assert_eq!(
+        refusal_state("opening the received log of tablet t0: preallocate …: No space left on device (os error 28)"),
+        ShipState::TargetError
+    );
+    assert_eq!(stream_error_state("io"), ShipState::TargetError);
+    assert_eq!(stream_error_state("disk_full"), ShipState::TargetError);
+    assert_eq!(stream_error_state("bad_position"), ShipState::Connecting);
 }
 
 #[cfg(test)]
@@ -181,6 +273,39 @@ pub struct TabletShip {
     error: Mutex<Option<String>>,
     acked_changed: Notify,
     resume: Notify,
+    /// The one writer of the tablet's `acked` file (the stream, its flusher and the lane's
+    /// shutdown all write it).
+    acked_file: Arc<AckedFile>,
+}
+
+/// Writes a tablet's `acked` file, one write at a time, each with the acknowledged position
+/// as it is when the write starts.
+///
+/// The file is written `acked.partial` → fsync → rename (FORMAT.md): two writes at once
+/// share the `.partial`, and one's rename finds it gone (`rename …/acked.partial: No such
+/// file or directory`) or renames the other's bytes. The stream's periodic flush, its last
+/// write and the lane's write at shutdown all go through here. A writer that waited for
+/// another writes the position of now, not the one it was called with, so an older value
+/// never lands after a newer one.
+#[derive(Debug, Default)]
+pub struct AckedFile {
+    /// The position last written (`None`: none yet by this process).
+    written: Mutex<Option<WalPos>>,
+}
+
+impl AckedFile {
+    /// Records `acked` (read now, under this file's lock) in the `acked` file of the
+    /// tablet in `dir`, unless that is what was last written; blocks while another write
+    /// is in progress. Returns the position the file holds.
+    pub fn write(&self, dir: &Path, acked: &AtomicU64) -> tidelog_wal::Result<WalPos> {
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let pos = WalPos(acked.load(Ordering::Acquire));
+        if *written != Some(pos) {
+            tidelog_wal::retention::write_acked(dir, pos)?;
+            *written = Some(pos);
+        }
+        Ok(pos)
+    }
 }
 
 impl TabletShip {
@@ -442,10 +567,12 @@ impl Shipper {
                 };
                 let rs = s.records_shipped.load(Ordering::Relaxed);
                 let ra = s.records_acked.load(Ordering::Relaxed);
+                let lag = end.saturating_sub(acked);
                 let state = if s.paused.load(Ordering::Relaxed) {
                     ShipState::Paused
                 } else {
                     ShipState::from_u8(s.state.load(Ordering::Relaxed))
+                        .shown(lag, self.shared.opts.window_bytes)
                 };
                 (
                     t.clone(),
@@ -453,7 +580,7 @@ impl Shipper {
                         durable_pos: durable,
                         shipped_pos: s.shipped.load(Ordering::Relaxed),
                         acked_pos: acked,
-                        lag_bytes: end.saturating_sub(acked),
+                        lag_bytes: lag,
                         lag_records: s.records_in_flight.load(Ordering::Relaxed),
                         records_shipped: rs,
                         records_acked: ra,
@@ -511,6 +638,10 @@ impl Drop for Shipper {
 }
 
 fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> Result<()> {
+    if !shared.opts.wal_dir.exists() {
+        // Not created yet: the scanner waits for it.
+        return Ok(());
+    }
     let (found, others) = tidelog_wal::reader::scan_tablets(&shared.opts.wal_dir)
         .with_context(|| format!("scanning {}", shared.opts.wal_dir.display()))?;
     // Entries that are not tablets (a file system's `lost+found`, a note left by an
@@ -556,6 +687,20 @@ fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> 
 /// found a second later, its first records may already be below the safe time.
 fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
     let step = Duration::from_millis(50);
+    // A `wal_dir` the source has not created yet: wait for it (the daemon has logged that),
+    // then scan it as soon as it is watched.
+    let mut next = Instant::now() + shared.opts.rescan_interval;
+    if !shared.opts.wal_dir.exists() {
+        while !shared.opts.wal_dir.exists() {
+            if shared.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            shared.scanner_beat.beat();
+            std::thread::sleep(step);
+        }
+        tracing::info!(wal_dir = %shared.opts.wal_dir.display(), "wal-dir appeared; shipping its tablets");
+        next = Instant::now();
+    }
     let mut watch = match watch::DirWatch::new(&shared.opts.wal_dir) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -567,7 +712,6 @@ fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
             None
         }
     };
-    let mut next = Instant::now() + shared.opts.rescan_interval;
     while !shared.shutdown.load(Ordering::SeqCst) {
         shared.scanner_beat.beat();
         let changed = match &mut watch {
@@ -686,11 +830,24 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             Err(e) => {
                 shared.lane_settled(lane);
                 shared.reconnects.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    lane,
-                    "connection to the applier at {} lost: {e:#}",
-                    shared.opts.applier
-                );
+                // With TLS 1.3 the applier checks this shipper's certificate after the
+                // handshake looked done here: its refusal ends a "connection" that never was.
+                let text = format!("{e:#}");
+                let e = match tidelog_wal::wire::CertRefusal::of(&text) {
+                    Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
+                        anyhow::Error::new(NotConnected::new(&shared.opts, &text))
+                    }
+                    _ => e,
+                };
+                if e.downcast_ref::<NotConnected>().is_some() {
+                    tracing::warn!(lane, "{e:#}");
+                } else {
+                    tracing::warn!(
+                        lane,
+                        "connection to the applier at {} lost: {e:#}",
+                        shared.opts.applier
+                    );
+                }
                 for t in &tablets {
                     if let Some(s) = tablet_state(&shared, t) {
                         if ShipState::from_u8(s.state.load(Ordering::Relaxed))
@@ -766,6 +923,55 @@ fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
 }
 
 /// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
+/// A connection attempt that ended before the connection existed (so it was not "lost"),
+/// with what a refused certificate means for the operator.
+#[derive(Debug)]
+struct NotConnected(String);
+
+impl NotConnected {
+    fn new(opts: &ShipperOptions, why: &str) -> NotConnected {
+        use tidelog_wal::wire::CertRefusal;
+        let ca = opts
+            .ca_file
+            .as_ref()
+            .map_or("the configured CA".into(), |p| p.display().to_string());
+        let meaning = match CertRefusal::of(why) {
+            None => why.to_string(),
+            // Our verifier refused the applier's certificate: a local `invalid peer
+            // certificate`; the applier refusing ours comes back "aborted by peer".
+            Some(r) if !why.contains("by peer") => match r {
+                CertRefusal::OtherCa => format!(
+                    "the applier's certificate is not signed by the configured CA (ca = {ca}) ({why})"
+                ),
+                CertRefusal::WrongName => format!(
+                    "the applier's certificate does not name {:?} (server-name) ({why})",
+                    opts.server_name
+                ),
+                CertRefusal::OutOfDate => {
+                    format!("the applier's certificate has expired or is not valid yet ({why})")
+                }
+                CertRefusal::Other => format!("the applier's certificate was refused ({why})"),
+            },
+            Some(_) => format!(
+                "the applier refused this shipper's certificate: is it signed by the CA the \
+                 applier trusts? ({why})"
+            ),
+        };
+        NotConnected(format!(
+            "cannot connect to the applier at {}: {meaning}",
+            opts.applier
+        ))
+    }
+}
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotConnected {}
+
 async fn connection(
     shared: &Arc<Shared>,
     lane: u32,
@@ -789,13 +995,10 @@ async fn connection(
     let conn = loop {
         tokio::select! {
             c = &mut connecting => {
-                break c.with_context(|| format!("connecting to {}", shared.opts.applier))?;
+                break c.map_err(|e| NotConnected::new(&shared.opts, &e.to_string()))?;
             }
             () = &mut give_up => {
-                anyhow::bail!(
-                    "connecting to {}: no answer within {limit:?}",
-                    shared.opts.applier
-                );
+                return Err(NotConnected::new(&shared.opts, &format!("no answer within {limit:?}")).into());
             }
             cmd = rx.recv() => match cmd {
                 Some(LaneCmd::Add(t)) => tablets.push(t),
@@ -861,7 +1064,14 @@ async fn connection(
                 match (wt.resume, wt.refused) {
                     (Some(_), _) => {
                         // Where to resume comes again as the first Ack of the tablet stream.
+                        // A refusal (or a target error) of before is over.
                         st.set_error(None);
+                        if matches!(
+                            ShipState::from_u8(st.state.load(Ordering::Relaxed)),
+                            ShipState::Refused | ShipState::TargetError
+                        ) {
+                            st.set_state(ShipState::Connecting);
+                        }
                         tokio::task::spawn_local(tablet_task(
                             shared.clone(),
                             conn.clone(),
@@ -871,9 +1081,11 @@ async fn connection(
                     }
                     (None, reason) => {
                         let reason = reason.unwrap_or_else(|| "refused".into());
-                        tracing::error!(tablet = %wt.tablet, "applier refused the tablet: {reason}");
-                        st.set_state(ShipState::Refused);
-                        st.set_error(Some(reason));
+                        let state = refusal_state(&reason);
+                        tracing::error!(tablet = %wt.tablet, state = state.name(),
+                            "applier refused the tablet: {reason}; asking again in 5 s");
+                        st.set_state(state);
+                        st.set_error(Some(format!("applier: {reason}")));
                         refused.push((wt.tablet.clone(), Instant::now()));
                     }
                 }
@@ -890,9 +1102,8 @@ async fn connection(
                     // Record what the applier has acknowledged before going away.
                     for t in tablets.iter() {
                         if let Some(st) = tablet_state(shared, t) {
-                            let a = WalPos(st.acked.load(Ordering::Relaxed));
-                            if a > WalPos::ZERO {
-                                write_acked(shared.opts.wal_dir.join(t.as_str()), a).await;
+                            if st.acked.load(Ordering::Relaxed) > 0 {
+                                write_acked(&st, shared.opts.wal_dir.join(t.as_str())).await;
                             }
                         }
                     }
@@ -958,18 +1169,39 @@ async fn tablet_task(
     tablet: TabletId,
     st: Arc<TabletShip>,
 ) {
-    let mut tail = match Tail::open(
-        &shared.opts.wal_dir,
-        &tablet,
-        shared.engine,
-        shared.opts.ship_unsynced,
-    ) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!("{e}");
-            st.set_state(ShipState::Error);
-            st.set_error(Some(e.to_string()));
+    // A source that cannot be opened now (a control file being replaced, an I/O error) is
+    // looked at again every SOURCE_RETRY while the connection lasts: the error state ends
+    // with its cause, without a reconnect.
+    let mut tail = loop {
+        match Tail::open(
+            &shared.opts.wal_dir,
+            &tablet,
+            shared.engine,
+            shared.opts.ship_unsynced,
+        ) {
+            Ok(t) => {
+                if ShipState::from_u8(st.state.load(Ordering::Relaxed)) == ShipState::Error {
+                    tracing::info!(tablet = %tablet, "the source opens again");
+                    st.set_error(None);
+                    st.set_state(ShipState::Connecting);
+                }
+                break t;
+            }
+            Err(e) => {
+                if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::Error {
+                    tracing::error!("{e}; retrying every {SOURCE_RETRY:?}");
+                }
+                st.set_state(ShipState::Error);
+                st.set_error(Some(e.to_string()));
+            }
+        }
+        if conn.close_reason().is_some() || shared.shutdown.load(Ordering::SeqCst) {
             return;
+        }
+        let notified = st.resume.notified();
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(SOURCE_RETRY) => {}
         }
     };
     let mut backoff = shared.opts.reconnect_min;
@@ -984,8 +1216,11 @@ async fn tablet_task(
                 tracing::warn!(tablet = %tablet, "tablet stream: {e:#}; reopening");
                 st.reopens.fetch_add(1, Ordering::Relaxed);
                 st.set_error(Some(format!("{e:#}")));
-                if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::NeedsBootstrap
-                {
+                // These say why better than `connecting` until a stream opens again.
+                if !matches!(
+                    ShipState::from_u8(st.state.load(Ordering::Relaxed)),
+                    ShipState::NeedsBootstrap | ShipState::TargetError
+                ) {
                     st.set_state(ShipState::Connecting);
                 }
             }
@@ -999,11 +1234,24 @@ async fn tablet_task(
     }
 }
 
-async fn write_acked(dir: PathBuf, pos: WalPos) {
-    let r =
-        tokio::task::spawn_blocking(move || tidelog_wal::retention::write_acked(&dir, pos)).await;
+/// After a read that succeeded: a tablet in `error` (its source could not be read) leaves
+/// it, and its error is cleared. Whether it was in `error`.
+fn source_reads_again(st: &TabletShip, tablet: &TabletId, pos: WalPos) -> bool {
+    if ShipState::from_u8(st.state.load(Ordering::Relaxed)) != ShipState::Error {
+        return false;
+    }
+    tracing::info!(tablet = %tablet, at = %pos, "the source reads again");
+    st.set_error(None);
+    true
+}
+
+/// Writes the tablet's acknowledged position (as it is when the write starts) to its
+/// `acked` file, through the tablet's one writer.
+async fn write_acked(st: &Arc<TabletShip>, dir: PathBuf) {
+    let st = st.clone();
+    let r = tokio::task::spawn_blocking(move || st.acked_file.write(&dir, &st.acked)).await;
     match r {
-        Ok(Ok(())) => {}
+        Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::warn!("writing the acked file: {e}"),
         Err(e) => tracing::warn!("writing the acked file: {e}"),
     }
@@ -1022,6 +1270,40 @@ fn frame_payload(buf: &mut Vec<u8>, len: usize, max: usize) -> bytes::Bytes {
     } else {
         bytes::Bytes::copy_from_slice(&buf[..len])
     }
+}
+
+/// Writers of one tablet's `acked` file (the stream's flush, its last write, the lane's
+/// write at shutdown) never run into each other (`rename …/acked.partial: No such file or
+/// directory`), and the file ends with the latest position: a writer that waited writes
+/// the position of now, not an older one. A position that moved back (the target was
+/// bootstrapped again) is written too.
+#[cfg(test)]
+#[test]
+#[allow(clippy::unwrap_used)]
+fn acked_writes_of_one_tablet_are_serialised_and_end_with_the_latest() {
+    let d = tempfile::tempdir().unwrap();
+    let file = Arc::new(AckedFile::default());
+    let acked = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4u64)
+        .map(|k| {
+            let (file, acked, dir) = (file.clone(), acked.clone(), d.path().to_path_buf());
+            std::thread::spawn(move || {
+                for i in 0..100u64 {
+                    acked.fetch_max(1 + i * 4 + k, Ordering::AcqRel);
+                    file.write(&dir, &acked).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in threads {
+        h.join().unwrap();
+    }
+    let read = || tidelog_wal::retention::read_acked(d.path()).unwrap();
+    assert_eq!(read(), Some(WalPos(400)));
+    assert!(!d.path().join("acked.partial").exists());
+    acked.store(7, Ordering::Release);
+    assert_eq!(file.write(d.path(), &acked).unwrap(), WalPos(7));
+    assert_eq!(read(), Some(WalPos(7)));
 }
 
 #[test]
@@ -1064,6 +1346,7 @@ async fn ship_stream(
     let (mut pos, mut safe) = match read_msg(&mut recv).await? {
         Some(Message::Ack { durable, safe_time }) => (durable, safe_time),
         Some(Message::Error(e)) => {
+            st.set_state(stream_error_state(&e.code));
             anyhow::bail!("applier refused the stream: {}: {}", e.code, e.message)
         }
         other => anyhow::bail!("expected the resume Ack, got {other:?}"),
@@ -1110,6 +1393,7 @@ async fn ship_stream(
                         st.acked_changed.notify_waiters();
                     }
                     Some(Message::Error(e)) => {
+                        st.set_state(stream_error_state(&e.code));
                         anyhow::bail!("applier: {}: {}", e.code, e.message)
                     }
                     Some(other) => anyhow::bail!("unexpected message {other:?}"),
@@ -1129,7 +1413,7 @@ async fn ship_stream(
                 tokio::time::sleep(every).await;
                 let a = WalPos(st.acked.load(Ordering::Relaxed));
                 if a > written.get() {
-                    write_acked(dir.clone(), a).await;
+                    write_acked(&st, dir.clone()).await;
                     written.set(a);
                 }
             }
@@ -1195,15 +1479,16 @@ async fn ship_stream(
                     st.bytes_shipped
                         .fetch_add(chunk.len as u64, Ordering::Relaxed);
                     st.frames.fetch_add(1, Ordering::Relaxed);
-                    if ShipState::from_u8(st.state.load(Ordering::Relaxed)) == ShipState::Error {
-                        tracing::info!(tablet = %tablet, at = %pos, "the source reads again");
-                        st.set_error(None);
-                    }
+                    source_reads_again(st, &tablet, pos);
                     st.set_state(ShipState::Streaming);
                     last_send = Instant::now();
                     idle_wait = Duration::from_micros(50);
                 }
                 Ok(None) => {
+                    // Nothing new, and no error: a source error of before is over.
+                    if source_reads_again(st, &tablet, pos) {
+                        st.set_state(ShipState::Streaming);
+                    }
                     if last_send.elapsed() >= shared.opts.keepalive_interval {
                         send.write_all(&wire::encode_keepalive(&tablet, pos, safe))
                             .await?;
@@ -1253,7 +1538,7 @@ async fn ship_stream(
     };
     let a = WalPos(st.acked.load(Ordering::Relaxed));
     if a > written.get() {
-        write_acked(dir, a).await;
+        write_acked(st, dir).await;
     }
     r
 }

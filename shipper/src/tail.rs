@@ -135,6 +135,12 @@ impl Tail {
     pub fn check_start(&mut self, pos: WalPos) -> Result<(), TailError> {
         self.refresh()?;
         let (oldest, end) = (self.oldest(), self.end());
+        if self.segs.is_empty() && pos == oldest && pos >= end {
+            // No segment yet (the writer could not create its first one, e.g. for lack of
+            // space): an empty log, not one that lost its records. Nothing to ship until
+            // the writer makes the segment.
+            return Ok(());
+        }
         if pos < oldest || self.segs.is_empty() {
             return Err(TailError::NeedsBootstrap {
                 tablet: self.tablet.clone(),
@@ -168,7 +174,12 @@ impl Tail {
             let idx = match self.segs.binary_search(&pos) {
                 Ok(i) => i,
                 Err(0) => {
+                    // Below the first segment listed, or none listed yet: look again (a
+                    // log that had no segment may have one now) before calling it gone.
                     self.refresh()?;
+                    if attempt < 2 && self.segs.first().is_some_and(|f| *f <= pos) {
+                        continue;
+                    }
                     return Err(TailError::NeedsBootstrap {
                         tablet: self.tablet.clone(),
                         requested: pos,

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+#[path = "../../wal/tests/common/tmpfs.rs"]
+mod tmpfs;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -31,9 +33,19 @@ fn start_intake_with(
     dir: &std::path::Path,
     direct_io: bool,
 ) -> Intake {
+    start_intake_sized(rt, p, dir, direct_io, 96 << 10)
+}
+
+fn start_intake_sized(
+    rt: &tokio::runtime::Runtime,
+    p: &Pki,
+    dir: &std::path::Path,
+    direct_io: bool,
+    segment_size: u64,
+) -> Intake {
     let mut o = IntakeOptions::new("127.0.0.1:0".parse().unwrap(), dir.to_path_buf());
     o.sync = SyncPolicy::Batch;
-    o.segment_size = 96 << 10;
+    o.segment_size = segment_size;
     o.direct_io = direct_io;
     let _g = rt.enter();
     Intake::start(o, server_tls(p), None).unwrap()
@@ -528,4 +540,154 @@ fn a_backlog_goes_around_the_page_cache_and_a_live_stream_through_it() {
     );
     shipper.shutdown();
     rt.block_on(intake.shutdown());
+}
+
+/// The shipper's status row of `t`: (state, error, shipped, acked).
+fn row(shipper: &Shipper, t: &tidelog_wal::TabletId) -> Option<(String, Option<String>, u64, u64)> {
+    shipper
+        .status()
+        .remove(t)
+        .map(|r| (r.state.to_string(), r.error, r.shipped_pos, r.acked_pos))
+}
+
+/// A tablet whose bytes are all shipped but not acknowledged (the applier holds them:
+/// paused here, a full disk in the field) is `catching_up`, not `idle`; once they are
+/// acknowledged it is `idle`.
+#[test]
+fn unacknowledged_bytes_are_catching_up_not_idle() {
+    let p = pki("lag");
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    intake.set_paused(None, true).unwrap();
+    let t = tablet(0);
+    let mut w = source(src.path(), &t, 64 << 10);
+    write_records(&mut w, 0, 40, 300);
+    let end = w.written_pos().0;
+    let shipper = Shipper::start(
+        shipper_opts(src.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1),
+        client_tls(&p),
+    )
+    .unwrap();
+    // Everything shipped, nothing acknowledged, and the lane found nothing more to send.
+    wait_for(
+        "all shipped and the lane done",
+        Duration::from_secs(20),
+        || row(&shipper, &t).is_some_and(|(st, _, shipped, _)| shipped == end && st != "streaming"),
+    );
+    let (state, _, _, acked) = row(&shipper, &t).unwrap();
+    assert_eq!(acked, 0);
+    assert_eq!(state, "catching_up", "{end} bytes unacknowledged");
+    assert_eq!(shipper.status()[&t].lag_bytes, end);
+    intake.set_paused(None, false).unwrap();
+    wait_for("acknowledged and idle", Duration::from_secs(20), || {
+        row(&shipper, &t).is_some_and(|(st, _, _, acked)| acked == end && st == "idle")
+    });
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}
+
+/// When the applier cannot take a tablet because its disk is full, the shipper says
+/// `target_error` with the applier's reason, not `refused` (which says another shipper owns
+/// it); once there is space, it ships on its own and the error is gone.
+#[test]
+fn a_full_target_disk_is_a_target_error_that_clears() {
+    let Some(fs) = tmpfs::Tmpfs::mount(256 << 10) else {
+        return;
+    };
+    let p = pki("full");
+    let src = tempfile::tempdir().unwrap();
+    let rt = rt();
+    // Received segments larger than the target's disk.
+    let intake = start_intake_sized(&rt, &p, fs.path(), false, 1 << 20);
+    let t = tablet(0);
+    let mut w = source(src.path(), &t, 64 << 10);
+    write_records(&mut w, 0, 50, 100);
+    let end = w.written_pos();
+    let shipper = Shipper::start(
+        shipper_opts(src.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1),
+        client_tls(&p),
+    )
+    .unwrap();
+    wait_for("the target error", Duration::from_secs(20), || {
+        row(&shipper, &t).is_some_and(|(st, _, _, _)| st != "connecting")
+    });
+    let (state, error, _, _) = row(&shipper, &t).unwrap();
+    assert_eq!(state, "target_error", "{error:?}");
+    let error = error.unwrap();
+    assert!(
+        error.contains("No space left on device") && error.contains("tablet-0"),
+        "{error}"
+    );
+    // Space comes back: no restart of either end.
+    fs.resize(16 << 20);
+    wait_received(
+        &intake,
+        &t,
+        end,
+        "shipped once there is space",
+        Duration::from_secs(30),
+    );
+    wait_for("acknowledged, no error", Duration::from_secs(20), || {
+        row(&shipper, &t).is_some_and(|(st, err, _, acked)| {
+            acked == end.0 && err.is_none() && (st == "idle" || st == "streaming")
+        })
+    });
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+}
+
+/// A source log whose first segment could not be created (no space for its preallocation:
+/// a control file and no segment) is an empty log to the shipper, not one that needs a
+/// bootstrap; once the writer makes the segment, its records are shipped.
+#[test]
+fn a_source_whose_first_segment_failed_is_empty_not_needs_bootstrap() {
+    let Some(fs) = tmpfs::Tmpfs::mount(256 << 10) else {
+        return;
+    };
+    let p = pki("empty");
+    let dst = tempfile::tempdir().unwrap();
+    let rt = rt();
+    let intake = start_intake(&rt, &p, dst.path());
+    let t = tablet(0);
+    let e = tidelog_wal::Writer::open(
+        fs.path(),
+        &t,
+        tidelog_wal::WalOptions {
+            segment_size: 1 << 20,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("No space left"), "{e}");
+    let shipper = Shipper::start(
+        shipper_opts(fs.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1),
+        client_tls(&p),
+    )
+    .unwrap();
+    wait_for("an idle, empty tablet", Duration::from_secs(20), || {
+        row(&shipper, &t).is_some_and(|(st, err, _, _)| {
+            assert_ne!(st, "needs_bootstrap", "{err:?}");
+            st == "idle" && err.is_none()
+        })
+    });
+    fs.resize(8 << 20);
+    let mut w = source(fs.path(), &t, 64 << 10);
+    write_records(&mut w, 0, 30, 100);
+    wait_received(
+        &intake,
+        &t,
+        w.written_pos(),
+        "shipped",
+        Duration::from_secs(30),
+    );
+    let st = row(&shipper, &t).unwrap();
+    assert!(st.1.is_none() && st.0 != "needs_bootstrap", "{st:?}");
+    assert!(
+        read_all(&dst.path().join("received"), &t) == read_all(fs.path(), &t),
+        "received log differs"
+    );
+    shipper.shutdown();
+    rt.block_on(intake.shutdown());
+    drop(w);
 }

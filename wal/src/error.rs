@@ -42,12 +42,30 @@ pub enum Error {
         last: HybridTime,
     },
 
-    /// A record or one of its parts exceeds a format limit.
-    #[error("record too large: {what} is {len} bytes, limit {max}")]
+    /// A record or one of its parts exceeds a format limit. `tablet` names the log a
+    /// writer refused it for (`None` where no tablet is known, e.g. [`Record::encode`]).
+    ///
+    /// [`Record::encode`]: crate::Record::encode
+    #[error("{}record too large: {what} is {len} bytes, limit {max}", tablet_prefix(.tablet))]
     TooLarge {
+        tablet: Option<TabletId>,
         what: &'static str,
         len: usize,
         max: usize,
+    },
+
+    /// A record's hybrid time lies further ahead of this host's wall clock than the
+    /// writer's allowed clock skew ([`WalOptions::max_clock_skew`]): appended, it would
+    /// hold the target's safe time in the future. Nothing is written.
+    ///
+    /// [`WalOptions::max_clock_skew`]: crate::WalOptions::max_clock_skew
+    #[error("tablet {tablet}: record ht {ht} is {ahead_ms} ms ahead of this host's clock (now {now}), more than the allowed clock skew of {max_ms} ms; refused, nothing written")]
+    HtAhead {
+        tablet: TabletId,
+        ht: HybridTime,
+        now: HybridTime,
+        ahead_ms: u64,
+        max_ms: u64,
     },
 
     /// A record is well-formed bytes but not a valid record (bad field).
@@ -83,7 +101,43 @@ pub enum Error {
     NoTablet { tablet: TabletId, path: PathBuf },
 }
 
+fn tablet_prefix(tablet: &Option<TabletId>) -> String {
+    match tablet {
+        Some(t) => format!("tablet {t}: "),
+        None => String::new(),
+    }
+}
+
 impl Error {
+    /// `TooLarge { what, len, max }` without a tablet.
+    pub(crate) fn too_large(what: &'static str, len: usize, max: usize) -> Self {
+        Error::TooLarge {
+            tablet: None,
+            what,
+            len,
+            max,
+        }
+    }
+
+    /// The error, naming `tablet` where it says which record was refused.
+    pub(crate) fn in_tablet(self, t: &TabletId) -> Self {
+        match self {
+            Error::TooLarge {
+                tablet: None,
+                what,
+                len,
+                max,
+            } => Error::TooLarge {
+                tablet: Some(t.clone()),
+                what,
+                len,
+                max,
+            },
+            Error::InvalidRecord(reason) => Error::InvalidRecord(format!("tablet {t}: {reason}")),
+            other => other,
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             op,

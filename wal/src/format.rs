@@ -163,8 +163,14 @@ pub fn record_checksum(record: &[u8]) -> u64 {
     crate::hash::xxh3_64(record.get(8..).unwrap_or_default())
 }
 
-/// Longest key in an op.
-pub const MAX_KEY_LEN: usize = 64 * 1024;
+/// Longest key in an op: 32 752 bytes, one limit for the whole path (writer, `wal append`,
+/// wire, the target's store). The target's store (fjall) takes keys of at most 65 535
+/// bytes, and its MVCC encoding of a key doubles every NUL byte and adds 10 bytes
+/// (`applier/STORE.md`): 2 × 32 752 + 10 = 65 514 fits, whatever the key's bytes.
+pub const MAX_KEY_LEN: usize = 32_752;
+/// The target store's longest key (fjall's limit).
+pub const STORE_MAX_KEY_LEN: usize = 65_535;
+const _: () = assert!(2 * MAX_KEY_LEN + 10 <= STORE_MAX_KEY_LEN);
 /// Longest value in an op.
 pub const MAX_VALUE_LEN: usize = 8 * 1024 * 1024;
 /// Longest record body.

@@ -40,6 +40,6 @@ pub use pos::{AtomicWalPos, WalPos};
 pub use reader::{ReadLimit, Reader};
 pub use record::{Body, Op, Record};
 pub use recovery::RecoveryReport;
-pub use session::Session;
+pub use session::{DistributedTxn, Session};
 pub use time::{HybridClock, HybridTime};
 pub use writer::{SyncPolicy, WalOptions, Writer};

@@ -252,6 +252,17 @@ impl Reader {
     pub fn seek(&mut self, pos: WalPos) -> Result<()> {
         self.refresh_segments()?;
         let oldest = self.oldest();
+        if self.segments.is_empty() && pos == oldest && self.end().is_none_or(|e| e <= pos) {
+            // A log without a segment yet, e.g. its first one could not be created (no
+            // space): empty, not truncated. Its records are read once the writer has
+            // created the segment.
+            self.pos = pos;
+            self.last_ht = None;
+            self.buf_len = 0;
+            self.scan_done = false;
+            self.cur = None;
+            return Ok(());
+        }
         if pos < oldest || self.segments.is_empty() {
             return Err(Error::Truncated {
                 tablet: self.tablet.clone(),
@@ -441,7 +452,25 @@ impl Reader {
                 return Ok(None);
             }
             let Some(seg) = &self.cur else {
-                return Ok(None);
+                // A log that had no segment yet: its first one may have been made since.
+                self.refresh_segments()?;
+                if self.segments.is_empty() {
+                    if end.is_none() {
+                        self.scan_done = true;
+                        return Ok(None);
+                    }
+                    return Err(Error::Corruption {
+                        tablet: self.tablet.to_string(),
+                        file: self.dir.join(crate::control::CONTROL_FILE),
+                        offset: 0,
+                        reason: format!(
+                            "the control file says the log reaches position {} but there are no segments",
+                            end.unwrap_or_default()
+                        ),
+                    });
+                }
+                self.open_segment_for(self.pos)?;
+                continue;
             };
             let (seg_first, path) = (seg.first, seg.path.clone());
             // A segment's records end where the next one begins, whatever bytes follow them

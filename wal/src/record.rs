@@ -146,11 +146,11 @@ impl Record {
         }
         if let Body::Commit { participants, .. } = &self.body {
             if participants.len() > MAX_PARTICIPANTS {
-                return Err(Error::TooLarge {
-                    what: "participant list",
-                    len: participants.len(),
-                    max: MAX_PARTICIPANTS,
-                });
+                return Err(Error::too_large(
+                    "participant list",
+                    participants.len(),
+                    MAX_PARTICIPANTS,
+                ));
             }
             n += 2 + participants
                 .iter()
@@ -161,19 +161,11 @@ impl Record {
             n += 4;
             for op in self.ops() {
                 if op.key.len() > MAX_KEY_LEN {
-                    return Err(Error::TooLarge {
-                        what: "key",
-                        len: op.key.len(),
-                        max: MAX_KEY_LEN,
-                    });
+                    return Err(Error::too_large("key", op.key.len(), MAX_KEY_LEN));
                 }
                 let vlen = op.value.as_ref().map_or(0, |v| v.len());
                 if vlen > MAX_VALUE_LEN {
-                    return Err(Error::TooLarge {
-                        what: "value",
-                        len: vlen,
-                        max: MAX_VALUE_LEN,
-                    });
+                    return Err(Error::too_large("value", vlen, MAX_VALUE_LEN));
                 }
                 n += 8 + op.key.len() + vlen;
                 if n > MAX_BODY_LEN {
@@ -182,13 +174,27 @@ impl Record {
             }
         }
         if n > MAX_BODY_LEN {
-            return Err(Error::TooLarge {
-                what: "record body",
-                len: n,
-                max: MAX_BODY_LEN,
-            });
+            return Err(Error::too_large("record body", n, MAX_BODY_LEN));
         }
         Ok(n)
+    }
+
+    /// What a writer asks of a new record beyond the size limits that
+    /// [`Record::encoded_body_len`] checks: a `commit` names at least one participant (the
+    /// tablets holding its intents). Records already in a log are not held to it: the
+    /// decoder accepts what older writers wrote, and the target decides what to do with it.
+    pub fn check_new(&self) -> Result<()> {
+        if let Body::Commit {
+            txn, participants, ..
+        } = &self.body
+        {
+            if participants.is_empty() {
+                return Err(Error::InvalidRecord(format!(
+                    "the commit of txn {txn} names no participant; a commit names the tablets that hold its intents"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Writes the body into `out`, which must be exactly `encoded_body_len()` long.

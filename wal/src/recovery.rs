@@ -6,7 +6,7 @@
 //! |---|-------|--------|
 //! | 1 | `*.partial` file (interrupted atomic write or segment creation), except `acked.partial` (the shipper's write of `acked` in progress, from another process) | delete it |
 //! | 2 | a file that is not a segment, `control` or `acked` | error naming the file |
-//! | 3 | no segment at all | new log: create the first segment |
+//! | 3 | no segment at all: a new log, or one whose first segment could not be created (its `.seg.partial`, e.g. a preallocation that found no space, went in case 1) and whose control file publishes nothing beyond the start | create the first segment; if that fails again its `.partial` is removed at once and the error names it. Meanwhile readers and the shipper see an empty log, not a truncated one |
 //! | 4 | a segment header with bad magic, version, checksum, tablet or position | error naming file, offset 0 |
 //! | 5 | the **last** segment shorter than its header (creation torn) | delete it; the previous one is last |
 //! | 6 | a record that fails validation in a segment that is **not the last** | error naming file and offset |

@@ -135,6 +135,16 @@ pub(crate) fn read_header(
     Ok(Some(h))
 }
 
+/// Removes a `.partial` file whose creation failed; a failure to is only logged (recovery
+/// deletes it at the next open).
+fn remove_leftover(path: &Path) {
+    if let Err(e) = fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(file = %path.display(), error = %e, "cannot remove a segment whose creation failed; recovery will");
+        }
+    }
+}
+
 /// A segment mapped read-write by the writer.
 #[derive(Debug)]
 pub(crate) struct MappedSegment {
@@ -194,7 +204,7 @@ impl MappedSegment {
     ) -> Result<MappedSegment> {
         let path = dir.join(segment_file_name(first));
         let partial = dir.join(format!("{}.partial", segment_file_name(first)));
-        {
+        let made = (|| {
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -202,6 +212,11 @@ impl MappedSegment {
                 .truncate(true)
                 .open(&partial)
                 .map_err(|e| Error::io("create", &partial, e))?;
+            fail::fail_point!("wal::segment::create::err", |_| Err(Error::io(
+                "preallocate",
+                &partial,
+                std::io::Error::from_raw_os_error(libc::ENOSPC)
+            )));
             fsutil::preallocate(&file, &partial, size)?;
             let h = SegmentHeader::new(tablet, first, size);
             use std::os::unix::fs::FileExt;
@@ -211,6 +226,13 @@ impl MappedSegment {
                 file.sync_data()
                     .map_err(|e| Error::io("fdatasync", &partial, e))?;
             }
+            Ok(())
+        })();
+        if let Err(e) = made {
+            // Give back what a failed preallocation took (on a full disk, it is what the
+            // next try needs); recovery deletes a leftover `.partial` anyway.
+            remove_leftover(&partial);
+            return Err(e);
         }
         fs::rename(&partial, &path).map_err(|e| Error::io("rename", &partial, e))?;
         if durable {
@@ -260,7 +282,10 @@ impl MappedSegment {
             .truncate(true)
             .open(&path)
             .map_err(|e| Error::io("create", &path, e))?;
-        fsutil::preallocate(&file, &path, size)?;
+        if let Err(e) = fsutil::preallocate(&file, &path, size) {
+            remove_leftover(&path);
+            return Err(e);
+        }
         let map = MmapRaw::map_raw(&file).map_err(|e| Error::io("map", &path, e))?;
         Ok(MappedSegment {
             path,

@@ -14,6 +14,10 @@
 //!   its id (as in MariaDB and Oracle's LTXID).
 //! * [`GtidGen`] assigns `domain-server-seq` gtids, `seq` growing by exactly one per commit
 //!   within a domain.
+//! * [`DistributedTxn`] is a transaction that spans tablets, begun on a session: it makes the
+//!   `intent` bodies, remembers the tablets they went to, and makes the `commit` that names
+//!   exactly those tablets. A commit of a transaction that wrote no intent is refused: it
+//!   would commit nothing, and its participant list would be made up.
 //!
 //! State file layout (24 bytes, little-endian):
 //!
@@ -36,7 +40,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::fsutil;
-use crate::ids::{Gtid, TrxId};
+use crate::ids::{Gtid, TabletId, TrxId, TxnId};
+use crate::record::{Body, Op};
 
 /// Magic at the start of a connect-id state file.
 pub const CONNECT_ID_MAGIC: [u8; 8] = *b"TDLCONID";
@@ -337,6 +342,97 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Begins the distributed transaction `txn` under this session's current trx id.
+    pub fn begin(&self, txn: TxnId) -> DistributedTxn {
+        DistributedTxn {
+            txn,
+            trx_id: self.trx_id(),
+            participants: Vec::new(),
+        }
+    }
+}
+
+/// A transaction that spans tablets, begun with [`Session::begin`]: its `intent` records
+/// name where it wrote, and its `commit` names exactly those tablets as participants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DistributedTxn {
+    txn: TxnId,
+    trx_id: TrxId,
+    /// Tablets that got an intent, in first-write order, each once.
+    participants: Vec<TabletId>,
+}
+
+impl DistributedTxn {
+    pub fn txn(&self) -> TxnId {
+        self.txn
+    }
+
+    pub fn trx_id(&self) -> TrxId {
+        self.trx_id
+    }
+
+    /// The tablets this transaction wrote intents to so far.
+    pub fn participants(&self) -> &[TabletId] {
+        &self.participants
+    }
+
+    /// The body of this transaction's `intent` on `tablet` (append it to that tablet's
+    /// log); `tablet` becomes a participant.
+    pub fn intent(&mut self, tablet: &TabletId, ops: Vec<Op>) -> Body {
+        if !self.participants.contains(tablet) {
+            self.participants.push(tablet.clone());
+        }
+        Body::Intent {
+            txn: self.txn,
+            trx_id: Some(self.trx_id),
+            ops,
+        }
+    }
+
+    /// The `commit` body (append it to the status tablet's log, after the intents are
+    /// durable), naming every tablet that got an intent; the session moves on to its next
+    /// trx id. Refused, with the session unchanged, when the transaction wrote no intent
+    /// (nothing to commit) or the session has moved on since [`Session::begin`].
+    pub fn commit(self, session: &mut Session, gtid: Option<Gtid>) -> Result<Body> {
+        self.check_session(session)?;
+        if self.participants.is_empty() {
+            return Err(Error::InvalidRecord(format!(
+                "transaction {} (trx id {}) wrote no intent: there is nothing to commit",
+                self.txn, self.trx_id
+            )));
+        }
+        session.commit();
+        Ok(Body::Commit {
+            txn: self.txn,
+            participants: self.participants,
+            trx_id: Some(self.trx_id),
+            gtid,
+        })
+    }
+
+    /// The `abort` body; the session keeps its trx id for the retry.
+    pub fn abort(self, session: &mut Session) -> Result<Body> {
+        self.check_session(session)?;
+        Ok(Body::Abort {
+            txn: self.txn,
+            trx_id: Some(session.abort()),
+        })
+    }
+
+    fn check_session(&self, session: &Session) -> Result<()> {
+        if session.trx_id() != self.trx_id {
+            return Err(Error::InvalidRecord(format!(
+                "transaction {} began as trx id {}, but its session is at {} now",
+                self.txn,
+                self.trx_id,
+                session.trx_id()
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Assigns gtids in one domain: `seq` grows by exactly one per call to [`GtidGen::next`].
 ///
 /// After a restart, a `GtidGen` is restarted from the highest `seq` found in the log for its
@@ -421,6 +517,51 @@ mod tests {
         assert_eq!(s.commit(), TrxId::new(7, 2));
         assert_eq!(s.commit(), TrxId::new(7, 3));
         assert_eq!(s.trx_id().to_string(), "7:4");
+    }
+
+    /// A distributed transaction's commit names the tablets its intents went to, each
+    /// once, and moves the session on; one that wrote no intent is refused (nothing to
+    /// commit) and leaves the session where it was, so it can abort instead.
+    #[test]
+    fn a_distributed_commit_names_its_intents_tablets_and_needs_one() {
+        let t = |s: &str| -> TabletId { s.parse().unwrap() };
+        let mut s = Session::new(9);
+        let mut dt = s.begin(TxnId::from_u128(5));
+        let b = dt.intent(&t("a"), vec![Op::put(b"k".to_vec(), b"v".to_vec())]);
+        assert!(matches!(b, Body::Intent { trx_id: Some(id), .. } if id == TrxId::new(9, 1)));
+        dt.intent(&t("b"), vec![]);
+        dt.intent(&t("a"), vec![]);
+        assert_eq!(dt.participants(), [t("a"), t("b")]);
+        let g = Gtid::new(0, 1, 7);
+        match dt.commit(&mut s, Some(g)).unwrap() {
+            Body::Commit {
+                participants,
+                trx_id,
+                gtid,
+                ..
+            } => {
+                assert_eq!(participants, [t("a"), t("b")]);
+                assert_eq!((trx_id, gtid), (Some(TrxId::new(9, 1)), Some(g)));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.trx_id(), TrxId::new(9, 2));
+
+        let empty = s.begin(TxnId::from_u128(6));
+        let e = empty.clone().commit(&mut s, None).unwrap_err().to_string();
+        assert!(e.contains("wrote no intent") && e.contains("9:2"), "{e}");
+        assert_eq!(
+            s.trx_id(),
+            TrxId::new(9, 2),
+            "a refused commit moves nothing"
+        );
+        assert!(matches!(empty.abort(&mut s).unwrap(), Body::Abort { .. }));
+
+        // A transaction whose session moved on cannot commit under the old id.
+        let mut stale = s.begin(TxnId::from_u128(7));
+        stale.intent(&t("a"), vec![]);
+        s.commit();
+        assert!(stale.commit(&mut s, None).is_err());
     }
 
     #[test]

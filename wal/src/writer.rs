@@ -102,7 +102,18 @@ pub struct WalOptions {
     /// page cache); a file system that refuses `O_DIRECT` makes [`Writer::open`] fail.
     /// Default false.
     pub direct_io: bool,
+    /// How far ahead of this host's wall clock a record's ht may be: [`Writer::append`]
+    /// refuses one beyond `now + max_clock_skew` ([`Error::HtAhead`]), since a record from
+    /// the future holds the target's safe time there and no later record can bring it back.
+    /// The same bound as the applier's `max-clock-skew`. `None`: no bound (a log replayed
+    /// from elsewhere). Records staged verbatim with [`Writer::append_encoded`] (another
+    /// log's bytes: the receiving end applies its own bound) are not checked. Default
+    /// 500 ms.
+    pub max_clock_skew: Option<Duration>,
 }
+
+/// Default of [`WalOptions::max_clock_skew`].
+pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(500);
 
 impl Default for WalOptions {
     fn default() -> Self {
@@ -114,6 +125,7 @@ impl Default for WalOptions {
             verify_on_open: false,
             prefault: true,
             direct_io: false,
+            max_clock_skew: Some(DEFAULT_MAX_CLOCK_SKEW),
         }
     }
 }
@@ -278,6 +290,10 @@ pub struct Writer {
     direct: Option<DirectStage>,
     /// Where [`Writer::drop_cached_below`] got to.
     dropped: WalPos,
+    /// An ht at or below this is within [`WalOptions::max_clock_skew`] of the wall clock
+    /// (computed from an earlier reading of the clock, so the bound only grows): appends
+    /// read the clock only when an ht goes past it.
+    ht_ceiling: HybridTime,
 }
 
 impl Writer {
@@ -343,8 +359,21 @@ impl Writer {
             bg_stop: Arc::new(AtomicBool::new(false)),
             direct: None,
             dropped: WalPos::ZERO,
+            ht_ceiling: HybridTime::MIN,
         };
         w.restage(w.off)?;
+        // Segments the shipper acknowledged while no writer ran go now: on a full disk
+        // they are the space the next rotation needs.
+        match w.enforce_retention() {
+            Ok(r) if !r.deleted.is_empty() || !r.forced.is_empty() => {
+                tracing::info!(tablet = %w.tablet, deleted = r.deleted.len(), forced = r.forced.len(),
+                    "retention at open removed acknowledged segments");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(tablet = %w.tablet, error = %e, "retention at open failed; segments kept")
+            }
+        }
         Ok(w)
     }
 
@@ -427,7 +456,9 @@ impl Writer {
     }
 
     /// Stages `rec`; returns its position. Refused, with nothing written, when its ht is not
-    /// greater than the previous record's or it exceeds a size limit.
+    /// greater than the previous record's or lies beyond the wall clock plus
+    /// [`WalOptions::max_clock_skew`], when it exceeds a size limit, or when it is not a
+    /// valid new record ([`Record::check_new`]); every refusal names the tablet.
     pub fn append(&mut self, rec: &Record) -> Result<WalPos> {
         if let Some(last) = self.staged_ht {
             if rec.ht <= last {
@@ -438,10 +469,16 @@ impl Writer {
                 });
             }
         }
-        let total = RECORD_HEADER_LEN + rec.encoded_body_len()?;
+        self.check_not_ahead(rec.ht)?;
+        rec.check_new().map_err(|e| e.in_tablet(&self.tablet))?;
+        let total = RECORD_HEADER_LEN
+            + rec
+                .encoded_body_len()
+                .map_err(|e| e.in_tablet(&self.tablet))?;
         let max = self.opts.segment_size as usize - SEGMENT_HEADER_LEN;
         if total > max {
             return Err(Error::TooLarge {
+                tablet: Some(self.tablet.clone()),
                 what: "record (for this segment size)",
                 len: total,
                 max,
@@ -466,6 +503,35 @@ impl Writer {
             self.start_spare();
         }
         Ok(pos)
+    }
+
+    /// Refuses an ht beyond the wall clock plus [`WalOptions::max_clock_skew`].
+    fn check_not_ahead(&mut self, ht: HybridTime) -> Result<()> {
+        let Some(skew) = self.opts.max_clock_skew else {
+            return Ok(());
+        };
+        if ht <= self.ht_ceiling {
+            return Ok(());
+        }
+        let now = HybridTime::from_system_time(std::time::SystemTime::now());
+        let skew_us = u64::try_from(skew.as_micros()).unwrap_or(u64::MAX);
+        let ceiling_us = now.physical_micros().saturating_add(skew_us);
+        let logical_max = (1u64 << crate::time::LOGICAL_BITS) - 1;
+        self.ht_ceiling = HybridTime(
+            ceiling_us
+                .checked_mul(1 << crate::time::LOGICAL_BITS)
+                .map_or(u64::MAX, |v| v | logical_max),
+        );
+        if ht <= self.ht_ceiling {
+            return Ok(());
+        }
+        Err(Error::HtAhead {
+            tablet: self.tablet.clone(),
+            ht,
+            now,
+            ahead_ms: ht.physical_micros().saturating_sub(now.physical_micros()) / 1000,
+            max_ms: u64::try_from(skew.as_millis()).unwrap_or(u64::MAX),
+        })
     }
 
     /// Drops the staged, uncommitted records: their bytes are zeroed, and segments created
@@ -640,6 +706,11 @@ impl Writer {
         if let Some(stage) = self.direct.as_mut() {
             // The sealed segment gets its staged tail before the stage moves on.
             stage.write_out()?;
+        }
+        // Acknowledged segments go before the next one is allocated: on a full disk they
+        // are the space it needs (retention after the allocation would never run there).
+        if let Err(e) = self.enforce_retention() {
+            tracing::warn!(tablet = %self.tablet, error = %e, "retention failed; segments kept");
         }
         let seg = match self.take_spare() {
             Some(spare) => {
@@ -877,6 +948,7 @@ impl Writer {
                     });
                 if first > max || self.off == 0 {
                     return Err(Error::TooLarge {
+                        tablet: Some(self.tablet.clone()),
                         what: "record (for this segment size)",
                         len: first,
                         max,

@@ -44,10 +44,15 @@ fn read_back(root: &std::path::Path) -> Vec<(WalPos, Record)> {
 fn expect_too_large(e: Error, what: &str, len: usize, max: usize) {
     match e {
         Error::TooLarge {
+            tablet: t,
             what: w,
             len: l,
             max: m,
-        } => assert_eq!((w, l, m), (what, len, max)),
+        } => {
+            assert_eq!((w, l, m), (what, len, max));
+            // The writer names the tablet it refused the record for.
+            assert_eq!(t, Some(tablet()));
+        }
         other => panic!("expected TooLarge {what}, got {other}"),
     }
 }

@@ -243,15 +243,17 @@ fn max_retained_bytes_forces_oldest_out() {
         _ => unreachable!(),
     }
 
-    // A limit of 0 removes every sealed segment but never the active one.
+    // A limit of 0 removes every sealed segment but never the active one: at once when a
+    // writer opens the log with it (retention runs at open).
     drop(w);
+    let before = on_disk(&dir).len();
+    assert!(before > 1);
     let mut w = Writer::open(root.path(), &t, opts(Some(0))).unwrap();
-    let rep = w.enforce_retention().unwrap();
     let segs = on_disk(&dir);
     assert_eq!(segs.len(), 1, "{segs:?}");
     assert_eq!(segs[0], *starts.last().unwrap());
-    assert!(!rep.forced.is_empty());
-    assert!(rep.deleted.is_empty(), "nothing was acked: {rep:?}");
+    let rep = w.enforce_retention().unwrap();
+    assert!(rep.forced.is_empty() && rep.deleted.is_empty(), "{rep:?}");
     let mut starts2 = BTreeSet::new();
     all.extend(write(&mut w, 400, 450, &mut starts2));
     assert_eq!(
@@ -293,4 +295,84 @@ fn tailer_overtaken_by_retention_gets_truncated() {
     );
     let err = err.expect("the early reader must hit the deleted segments");
     assert!(err.is_truncated(), "expected Truncated, got: {err}");
+}
+
+/// Opening a writer runs retention: segments the shipper acknowledged while no writer ran
+/// go at once (on a full disk they are the space the next rotation needs).
+#[test]
+fn opening_a_writer_deletes_the_acknowledged_segments() {
+    let root = tempfile::tempdir().unwrap();
+    let t: TabletId = "open".parse().unwrap();
+    let mut w = Writer::open(root.path(), &t, opts(None)).unwrap();
+    let mut starts = BTreeSet::new();
+    let all = write(&mut w, 0, 200, &mut starts);
+    let dir = w.dir().to_path_buf();
+    drop(w);
+    let segs = on_disk(&dir);
+    assert!(segs.len() > 4, "{segs:?}");
+    // The shipper acknowledges everything after the writer went away.
+    let end = all.last().unwrap().0.add(rec_len(&all.last().unwrap().1));
+    retention::write_acked(&dir, end).unwrap();
+    let w = Writer::open(root.path(), &t, opts(None)).unwrap();
+    assert_eq!(
+        on_disk(&dir),
+        vec![*segs.last().unwrap()],
+        "only the active segment is left"
+    );
+    assert_eq!(w.oldest_pos(), *segs.last().unwrap());
+    drop(w);
+    check_readable(root.path(), &t, &all, *segs.last().unwrap());
+}
+
+/// A source on a full disk appends again, without reopening, once the shipper's `acked`
+/// covers its old segments: the rotation deletes them before it allocates the next one.
+/// (Before, it allocated first, failed with ENOSPC, and never reached retention.)
+#[test]
+fn a_full_disk_clears_once_the_shipper_acknowledges() {
+    const BIG: u64 = 64 << 10;
+    // Room for the control file and three segments, not a fourth.
+    let Some(fs) = tmpfs::Tmpfs::mount(4 * BIG - 4096) else {
+        return;
+    };
+    let t: TabletId = "full".parse().unwrap();
+    let o = WalOptions {
+        segment_size: BIG,
+        ..Default::default()
+    };
+    let mut w = Writer::open(fs.path(), &t, o).unwrap();
+    let dir = w.dir().to_path_buf();
+    let mut all = Vec::new();
+    let mut i = 0u64;
+    let err = loop {
+        let r = rec(i);
+        match w.append(&r) {
+            Ok(p) => {
+                w.commit(SyncPolicy::Always).unwrap();
+                all.push((p, r));
+                i += 1;
+            }
+            Err(e) => break e,
+        }
+        assert!(i < 10_000, "the disk never filled");
+    };
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert_eq!(on_disk(&dir).len(), 3);
+    // Nothing acknowledged yet: still full.
+    assert!(w.append(&rec(i)).is_err());
+    // The shipper acknowledges everything written.
+    retention::write_acked(&dir, w.written_pos()).unwrap();
+    // Appends resume at once, on the same writer.
+    // (Two segments' worth: more than the free space before the ack.)
+    for k in 0..250 {
+        let r = rec(i + k);
+        let p = w
+            .append(&r)
+            .unwrap_or_else(|e| panic!("append {k} after the ack: {e}"));
+        w.commit(SyncPolicy::Always).unwrap();
+        all.push((p, r));
+    }
+    let oldest = on_disk(&dir)[0];
+    assert!(oldest > WalPos::ZERO);
+    drop(w);
+    check_readable(fs.path(), &t, &all, oldest);
 }

@@ -215,13 +215,14 @@ pub fn tablet_id() -> impl Strategy<Value = TabletId> {
         .prop_map(|b| String::from_utf8(b).unwrap().parse().unwrap())
 }
 
+/// A record body as a writer takes it (a commit names at least one participant).
 pub fn body() -> impl Strategy<Value = Body> {
     prop_oneof![
         (ops(), trx(), gtid()).prop_map(|(ops, trx_id, gtid)| Body::Write { ops, trx_id, gtid }),
         (txn(), trx(), ops()).prop_map(|(txn, trx_id, ops)| Body::Intent { txn, trx_id, ops }),
         (
             txn(),
-            prop::collection::vec(tablet_id(), 0..6),
+            prop::collection::vec(tablet_id(), 1..6),
             trx(),
             gtid()
         )

@@ -13,6 +13,8 @@ use rand::{Rng, SeedableRng};
 use tidelog_wal::format::SEGMENT_HEADER_LEN;
 use tidelog_wal::*;
 
+pub mod tmpfs;
+
 pub const HDR: u64 = SEGMENT_HEADER_LEN as u64;
 
 /// A seed from `var` (decimal or 0x hex), else `default`.
@@ -113,7 +115,7 @@ pub fn random_record(rng: &mut StdRng, ht: HybridTime, max_value: usize) -> Reco
         },
         2 => Body::Commit {
             txn,
-            participants: (0..rng.random_range(0..=4))
+            participants: (0..rng.random_range(1..=4))
                 .map(|_| tablet_name(rng))
                 .collect(),
             trx_id: opt_trx(rng),
