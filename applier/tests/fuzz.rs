@@ -12,7 +12,7 @@
 //!
 //! CI runs the short form (`cargo test -p tidelog-applier --test fuzz`). The long form runs
 //! 100 000 cases of each codec property (`store_with_arbitrary_values` opens a store per
-//! case: 2 000):
+//! case: 20 000):
 //!
 //! ```text
 //! TMPDIR=/dev/shm cargo test --release -p tidelog-applier --test fuzz -- --ignored --nocapture --test-threads 1
@@ -51,7 +51,7 @@ fuzz_tests! {
     trx_open_decode: 1000;
     trx_open_round_trip: 300;
     open_abort_key_decode: 1000;
-    store_with_arbitrary_values: 3, 2000;
+    store_with_arbitrary_values: 3, 20_000;
 }
 
 /// What a decoder refuses it refuses with a reason.
