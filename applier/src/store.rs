@@ -2315,6 +2315,9 @@ impl OpenStore {
 
 // ---- value encodings (little-endian; see applier/STORE.md)
 // ---------------------------------
+//
+// Public, like the binlog's, so that each codec can be driven on its own (the fuzz tests in
+// `tests/fuzz.rs`): every `decode_*` refuses what its `encode_*` does not write.
 
 /// What fjall's error `e` at opening the store under `dir` means, in words, with the
 /// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
@@ -2376,7 +2379,7 @@ fn journal_files(dir: &Path) -> String {
         .join(", ")
 }
 
-fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
+pub fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
         None => vec![VALUE_TOMBSTONE],
         Some(v) => {
@@ -2388,7 +2391,7 @@ fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
     match v.split_first() {
         Some((&VALUE_TOMBSTONE, [])) => Ok(None),
         Some((&VALUE_TOMBSTONE, rest)) => {
@@ -2450,6 +2453,22 @@ impl<'a> Cur<'a> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("invalid tablet id in {what} at byte {at}"))
     }
+    /// A tablet id of a list kept in ascending order, each once (a map's keys or a set),
+    /// that must come after `prev`: every value then has one encoding only.
+    pub(crate) fn tablet_after(
+        &mut self,
+        what: &str,
+        prev: Option<&TabletId>,
+    ) -> Result<TabletId, String> {
+        let at = self.at;
+        let t = self.tablet(what)?;
+        match prev {
+            Some(p) if *p >= t => Err(format!(
+                "{what} {t} at byte {at} does not follow {p}: the list must be in ascending order, each once"
+            )),
+            _ => Ok(t),
+        }
+    }
     pub(crate) fn end(&self) -> Result<(), String> {
         if self.at == self.buf.len() {
             Ok(())
@@ -2472,7 +2491,7 @@ pub(crate) fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
 const TM_REGISTERED: u8 = 1;
 const TM_OWNER: u8 = 2;
 
-fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
+pub fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(20);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2495,7 +2514,7 @@ fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
+pub fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2552,7 +2571,7 @@ pub struct CutoverReport {
 const CUT_REPORT: u8 = 1;
 const CUT_CLEANED: u8 = 2;
 
-fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
+pub fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2580,7 +2599,7 @@ fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
+pub fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2598,7 +2617,7 @@ fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
         let n = c.u16("tablet count")?;
         let mut tablets = BTreeMap::new();
         for _ in 0..n {
-            let t = c.tablet("tablet")?;
+            let t = c.tablet_after("tablet", tablets.keys().next_back())?;
             let safe = HybridTime(c.u64("tablet safe time")?);
             let lag = c.u64("tablet lag")?;
             tablets.insert(t, (safe, lag));
@@ -2660,7 +2679,7 @@ fn resolved(st: &TxnState) -> bool {
             .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)))
 }
 
-fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
+pub fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2731,7 +2750,7 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
+pub fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2768,7 +2787,7 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     }
     let n = c.u16("intent tablet count")?;
     for _ in 0..n {
-        let t = c.tablet("intent tablet")?;
+        let t = c.tablet_after("intent tablet", st.intents.keys().next_back())?;
         let k = c.u32("intent count")?;
         let mut list = Vec::with_capacity((k as usize).min(v.len() / 16));
         for _ in 0..k {
@@ -2777,14 +2796,13 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
                 ht: HybridTime(c.u64("intent ht")?),
             });
         }
-        if st.intents.insert(t.clone(), list).is_some() {
-            return Err(format!("tablet {t} listed twice"));
-        }
+        st.intents.insert(t, list);
     }
     if flags & TX_APPLIED_PARTS != 0 {
         let n = c.u16("applied part count")?;
         for _ in 0..n {
-            st.applied_parts.insert(c.tablet("applied part")?);
+            let t = c.tablet_after("applied part", st.applied_parts.last())?;
+            st.applied_parts.insert(t);
         }
     }
     if flags & TX_OPEN != 0 {

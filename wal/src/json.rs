@@ -1170,167 +1170,17 @@ mod tests {
         assert_eq!(out, serde_json::to_string(&all).unwrap());
     }
 
-    fn tablet_id() -> impl Strategy<Value = TabletId> {
-        "[A-Za-z0-9_.-]{1,64}".prop_filter_map("not a tablet id", |s| s.parse().ok())
-    }
-
-    fn bytes() -> impl Strategy<Value = Vec<u8>> {
-        prop_oneof![
-            Just(Vec::new()),
-            proptest::collection::vec(any::<u8>(), 0..48),
-            any::<String>().prop_map(String::into_bytes),
-            "[\"\\\\\\x00-\\x1f a-z\u{e9}\u{2028}\u{1F600}]{0,16}".prop_map(String::into_bytes),
-        ]
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        (bytes(), proptest::option::weighted(0.8, bytes()))
-            .prop_map(|(key, value)| Op { key, value })
-    }
-
-    fn ops() -> impl Strategy<Value = Vec<Op>> {
-        proptest::collection::vec(op(), 0..6)
-    }
-
-    fn trx_id() -> impl Strategy<Value = Option<TrxId>> {
-        proptest::option::of((any::<u64>(), 1..=u64::MAX).prop_map(|(c, n)| TrxId::new(c, n)))
-    }
-
-    fn gtid() -> impl Strategy<Value = Option<Gtid>> {
-        proptest::option::of(any::<(u32, u32, u64)>().prop_map(|(d, s, q)| Gtid::new(d, s, q)))
-    }
-
-    fn txn() -> impl Strategy<Value = TxnId> {
-        any::<[u8; 16]>().prop_map(TxnId)
-    }
-
-    fn record() -> impl Strategy<Value = Record> {
-        let body = prop_oneof![
-            (ops(), trx_id(), gtid()).prop_map(|(ops, trx_id, gtid)| Body::Write {
-                ops,
-                trx_id,
-                gtid
-            }),
-            (txn(), trx_id(), ops()).prop_map(|(txn, trx_id, ops)| Body::Intent {
-                txn,
-                trx_id,
-                ops
-            }),
-            (
-                txn(),
-                proptest::collection::vec(tablet_id(), 0..5),
-                trx_id(),
-                gtid()
-            )
-                .prop_map(|(txn, participants, trx_id, gtid)| Body::Commit {
-                    txn,
-                    participants,
-                    trx_id,
-                    gtid
-                }),
-            (txn(), trx_id()).prop_map(|(txn, trx_id)| Body::Abort { txn, trx_id }),
-            Just(Body::Heartbeat),
-        ];
-        (any::<u64>(), body).prop_map(|(ht, body)| Record::new(HybridTime(ht), body))
-    }
-
+    // The round trip of every record kind and the never-panics of arbitrary and mutated
+    // lines are fuzz properties in `wal/tests/fuzz.rs` (short runs in CI, 100 000 cases in
+    // the long form).
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
-
-        #[test]
-        fn records_round_trip_both_ways(tablet in tablet_id(), pos in any::<u64>(), rec in record()) {
-            let line = to_json_line(&tablet, WalPos(pos), &rec);
-            prop_assert!(!line.contains('\n'), "{}", line);
-            let (t2, r2) = from_json_line(&line).map_err(|e| TestCaseError::fail(format!("{e}: {line}")))?;
-            prop_assert_eq!(&t2, &tablet);
-            prop_assert_eq!(&r2, &rec);
-            prop_assert_eq!(to_json_line(&t2, WalPos(pos), &r2), line.clone());
-
-            // Independent check with serde_json: valid JSON, `ht` a decimal string, `pos` a
-            // number, and each key/value in the documented form.
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-            let ht = rec.ht.0.to_string();
-            prop_assert_eq!(v["ht"].as_str(), Some(ht.as_str()));
-            prop_assert_eq!(v["pos"].as_u64(), Some(pos));
-            prop_assert_eq!(v["kind"].as_str(), Some(rec.kind().name()));
-            let has_ops = matches!(rec.body, Body::Write { .. } | Body::Intent { .. });
-            prop_assert_eq!(v.get("ops").is_some(), has_ops);
-            for (op, j) in rec.ops().iter().zip(v["ops"].as_array().into_iter().flatten()) {
-                let expect = |b: &[u8]| match std::str::from_utf8(b) {
-                    Ok(s) => serde_json::json!(s),
-                    Err(_) => serde_json::json!({ "b64": BASE64.encode(b) }),
-                };
-                prop_assert_eq!(&j["key"], &expect(&op.key));
-                match &op.value {
-                    Some(val) => prop_assert_eq!(&j["value"], &expect(val)),
-                    None => prop_assert!(j["value"].is_null()),
-                }
-            }
-        }
 
         #[test]
         fn escaping_matches_serde_json(s in any::<String>()) {
             let mut out = String::new();
             push_json_str(&mut out, &s);
             prop_assert_eq!(out, serde_json::to_string(&s).unwrap());
-        }
-
-        #[test]
-        fn arbitrary_input_never_panics(s in any::<String>()) {
-            let _ = from_json_line(&s);
-        }
-
-        #[test]
-        fn mutated_lines_never_panic_and_reparse_canonically(
-            tablet in tablet_id(),
-            rec in record(),
-            at in any::<prop::sample::Index>(),
-            byte in any::<u8>(),
-        ) {
-            mutated_line_reparses(&tablet, &rec, at, byte)?;
-        }
-    }
-
-    /// One byte of a valid line changed: no panic, and whatever still parses writes back as
-    /// a line that parses to the same thing.
-    fn mutated_line_reparses(
-        tablet: &TabletId,
-        rec: &Record,
-        at: prop::sample::Index,
-        byte: u8,
-    ) -> Result<(), TestCaseError> {
-        let mut line = to_json_line(tablet, WalPos(1), rec).into_bytes();
-        let i = at.index(line.len());
-        line[i] = byte;
-        if let Ok(s) = std::str::from_utf8(&line) {
-            if let Ok((t2, r2)) = from_json_line(s) {
-                let again = to_json_line(&t2, WalPos(1), &r2);
-                prop_assert_eq!(from_json_line(&again).unwrap(), (t2, r2));
-            }
-        }
-        Ok(())
-    }
-
-    // The long runs of the decoder's fuzz tests (100 000 cases each; the ones above are the
-    // short CI runs): `cargo test -p tidelog-wal --lib json::tests::fuzz -- --ignored`.
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(100_000))]
-
-        #[test]
-        #[ignore = "long fuzz run"]
-        fn fuzz_arbitrary_input_never_panics(s in any::<String>()) {
-            let _ = from_json_line(&s);
-        }
-
-        #[test]
-        #[ignore = "long fuzz run"]
-        fn fuzz_mutated_lines_never_panic(
-            tablet in tablet_id(),
-            rec in record(),
-            at in any::<prop::sample::Index>(),
-            byte in any::<u8>(),
-        ) {
-            mutated_line_reparses(&tablet, &rec, at, byte)?;
         }
     }
 }
