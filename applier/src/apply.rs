@@ -642,7 +642,13 @@ impl ApplyWorker {
             )));
         }
         let generation = store.generation();
-        let meta = store.tablet(&tablet)?.unwrap_or_default();
+        // A store that takes no writes now (a full disk, a reopen in progress): the worker
+        // starts holding, and reads its position from the store once it can.
+        let (meta, held) = match store.tablet(&tablet) {
+            Ok(m) => (m.unwrap_or_default(), None),
+            Err(e) if e.is_retryable() => (crate::store::TabletMeta::default(), Some(e)),
+            Err(e) => return Err(e),
+        };
         let (own, lane) = match &cfg.threads {
             Some(t) => (None, t.pick()),
             None => {
@@ -661,7 +667,10 @@ impl ApplyWorker {
             progress_waiters: Mutex::new(0),
             progress_cv: Condvar::new(),
             fault: Mutex::new(None),
-            held: Mutex::new(None),
+            held: Mutex::new(held.map(|e| ApplyFault {
+                pos: WalPos::ZERO,
+                error: Arc::new(e),
+            })),
             heartbeat: Heartbeat::new(),
             records_below: AtomicU64::new(0),
             applied_records: AtomicU64::new(0),
@@ -691,7 +700,11 @@ impl ApplyWorker {
             last_persist: Instant::now(),
             warned: false,
             generation,
-            retry: None,
+            retry: shared.held().is_some().then(|| {
+                let mut b = Backoff::default();
+                b.reset();
+                b
+            }),
             refill_from: None,
         };
         lane.tablets.fetch_add(1, Ordering::Relaxed);
@@ -908,6 +921,8 @@ impl TabletLoop {
     /// Applies the ready parts and at most one batch of the received log (after a hold,
     /// or once the store was reopened, from the position the store holds).
     fn step(&mut self) -> Result<Step> {
+        // Also while holding: a worker waiting for space is alive (the watchdog looks).
+        self.sh.heartbeat.beat();
         if let Some(wait) = self.resume()? {
             return Ok(Step::Idle(wait));
         }
@@ -1053,29 +1068,35 @@ impl TabletLoop {
         let batch = &mut self.batch;
         batch.clear();
         let start = Reader::position(r);
+        // A record that does not read (it stays the reader's position) or that the store
+        // cannot take stops the tablet there: the ones before it are applied, nothing of
+        // it, and the error is returned after them.
+        let mut rejected = None;
         while batch.len() < cfg.batch_records && Reader::position(r).since(start) < cfg.batch_bytes
         {
-            match r.next().map_err(wal)? {
-                Some(rec) => batch.push(rec),
-                None => break,
+            match r.next() {
+                Ok(Some(rec)) => batch.push(rec),
+                Ok(None) => break,
+                Err(e) => {
+                    rejected = Some(wal(e));
+                    break;
+                }
             }
         }
         let mut end = Reader::position(r);
         let full = batch.len() >= cfg.batch_records || end.since(start) >= cfg.batch_bytes;
-        // A record the store cannot take stops the tablet there: the ones before it are
-        // applied, nothing of it (and the reader, past it, is not used again).
-        let mut rejected = None;
+        let mut unfit = None;
         for (i, (pos, rec)) in batch.iter().enumerate() {
             if let Err(e) = Store::check_record(tablet, *pos, rec) {
-                rejected = Some((i, *pos, e));
+                unfit = Some((i, *pos, e));
                 break;
             }
         }
-        let rejected = rejected.map(|(i, pos, e)| {
+        if let Some((i, pos, e)) = unfit {
             end = pos;
             batch.truncate(i);
-            e
-        });
+            rejected = Some(e);
+        }
         if !batch.is_empty() {
             if let Some(c) = &cfg.consistency {
                 c.check_below_safe_time(tablet, batch.iter().map(|(_, r)| r));

@@ -118,21 +118,24 @@ impl std::fmt::Debug for Binlog {
     }
 }
 
-pub(crate) fn binlog_key(commit_ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
+// Keys and value codecs: public, like the store's, so that each can be driven on its own
+// (the fuzz tests in `tests/fuzz.rs`).
+
+pub fn binlog_key(commit_ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + tablet.as_str().len());
     k.extend_from_slice(&commit_ht.0.to_be_bytes());
     k.extend_from_slice(tablet.as_str().as_bytes());
     k
 }
 
-pub(crate) fn trx_key(t: TrxId) -> [u8; 16] {
+pub fn trx_key(t: TrxId) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&t.connect_id.to_be_bytes());
     k[8..].copy_from_slice(&t.commit_counter.to_be_bytes());
     k
 }
 
-pub(crate) fn gtid_key(domain: u32, seq: u64) -> [u8; 12] {
+pub fn gtid_key(domain: u32, seq: u64) -> [u8; 12] {
     let mut k = [0u8; 12];
     k[..4].copy_from_slice(&domain.to_be_bytes());
     k[4..].copy_from_slice(&seq.to_be_bytes());
@@ -188,7 +191,7 @@ fn header(c: &mut Cur<'_>, allowed: u8) -> Result<u8, String> {
     Ok(f)
 }
 
-pub(crate) fn encode_entry(e: &BinlogEntry) -> Result<Vec<u8>> {
+pub fn encode_entry(e: &BinlogEntry) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(VERSION);
     out.push(flags_of(
@@ -228,7 +231,7 @@ fn decode_stored(key: &[u8], v: &[u8]) -> Result<BinlogEntry> {
         .map_err(|r| Error::corrupt(BINLOG, format!("key {}", key.escape_ascii()), r))
 }
 
-fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
+pub fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
     let (ht, tablet) = key
         .split_first_chunk::<8>()
         .ok_or_else(|| format!("key of {} bytes, expected at least 9", key.len()))?;
@@ -253,7 +256,7 @@ fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
     })
 }
 
-fn encode_commit(e: &BinlogEntry) -> Vec<u8> {
+pub fn encode_commit(e: &BinlogEntry) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.push(VERSION);
     out.push(flags_of(false, e.gtid.is_some(), e.txn.is_some()));
@@ -268,7 +271,7 @@ fn encode_commit(e: &BinlogEntry) -> Vec<u8> {
     out
 }
 
-fn decode_commit(v: &[u8]) -> Result<TrxCommit, String> {
+pub fn decode_commit(v: &[u8]) -> Result<TrxCommit, String> {
     let mut c = Cur::new(v);
     let f = header(&mut c, F_GTID | F_TXN)?;
     let commit_ht = HybridTime(c.u64("commit_ht")?);
@@ -284,7 +287,7 @@ fn decode_commit(v: &[u8]) -> Result<TrxCommit, String> {
     })
 }
 
-fn encode_gtid(e: &BinlogEntry, g: Gtid) -> Vec<u8> {
+pub fn encode_gtid(e: &BinlogEntry, g: Gtid) -> Vec<u8> {
     let mut out = Vec::with_capacity(48);
     out.push(VERSION);
     out.push(flags_of(e.trx_id.is_some(), false, false));
@@ -297,7 +300,7 @@ fn encode_gtid(e: &BinlogEntry, g: Gtid) -> Vec<u8> {
     out
 }
 
-fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
+pub fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
     let k: [u8; 12] = key
         .try_into()
         .map_err(|_| format!("key of {} bytes, expected 12", key.len()))?;
@@ -322,7 +325,7 @@ fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
 const OPEN_PENDING: u8 = 1;
 const OPEN_ABORTED: u8 = 2;
 
-fn encode_open(o: &TrxOpen) -> Vec<u8> {
+pub fn encode_open(o: &TrxOpen) -> Vec<u8> {
     let mut out = Vec::with_capacity(36);
     out.push(VERSION);
     out.push(match o.kind {
@@ -335,7 +338,7 @@ fn encode_open(o: &TrxOpen) -> Vec<u8> {
     out
 }
 
-fn decode_open(v: &[u8]) -> Result<TrxOpen, String> {
+pub fn decode_open(v: &[u8]) -> Result<TrxOpen, String> {
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != VERSION {
@@ -717,14 +720,14 @@ impl Binlog {
 }
 
 /// `open_aborts` key: `BE ht ‖ trx key`.
-fn open_abort_key(ht: HybridTime, t: TrxId) -> Vec<u8> {
+pub fn open_abort_key(ht: HybridTime, t: TrxId) -> Vec<u8> {
     let mut k = Vec::with_capacity(24);
     k.extend_from_slice(&ht.0.to_be_bytes());
     k.extend_from_slice(&trx_key(t));
     k
 }
 
-fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
+pub fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
     let ht = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
     let c = u64::from_be_bytes(k.get(8..16)?.try_into().ok()?);
     let n = u64::from_be_bytes(k.get(16..24)?.try_into().ok()?);

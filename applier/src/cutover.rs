@@ -116,9 +116,24 @@ impl Cleanup {
             .name("cutover-cleanup".into())
             .spawn(move || {
                 let t0 = Instant::now();
+                // While the store takes no writes (a full disk): retried with backoff.
+                let mut held: Option<crate::disk::Backoff> = None;
                 while !s.load(Ordering::SeqCst) {
                     match store.cutover_cleanup_step(CLEANUP_STEP) {
+                        Err(e) if e.is_retryable() => {
+                            if held.is_none() {
+                                tracing::warn!("cutover clean-up holds: {e}; it goes on once the store takes writes again");
+                            }
+                            let until = Instant::now()
+                                + held.get_or_insert_with(Default::default).failed();
+                            while Instant::now() < until && !s.load(Ordering::SeqCst) {
+                                std::thread::sleep(std::time::Duration::from_millis(50));
+                            }
+                        }
                         Ok((scanned, removed, done)) => {
+                            if held.take().is_some() {
+                                tracing::info!("cutover clean-up goes on");
+                            }
                             p.scanned.fetch_add(scanned as u64, Ordering::Relaxed);
                             p.removed.fetch_add(removed as u64, Ordering::Relaxed);
                             p.elapsed_us

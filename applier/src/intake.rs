@@ -76,6 +76,9 @@ pub struct IntakeOptions {
     /// A data frame whose safe time or record ht is further ahead of this host's clock is
     /// refused (see the module doc). Default 500 ms.
     pub max_clock_skew: Duration,
+    /// The file the CA of the TLS material came from, named when a shipper's certificate
+    /// is refused (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl IntakeOptions {
@@ -91,6 +94,7 @@ impl IntakeOptions {
             direct_io: false,
             direct_io_in_catch_up: false,
             max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
+            ca_file: None,
         }
     }
 
@@ -731,7 +735,25 @@ impl Intake {
                         lock(&shared.conns).remove(&id);
                         shared.release(id);
                     }
-                    Err(e) => tracing::warn!(%remote, "shipper handshake failed: {e}"),
+                    Err(e) => {
+                        let why = e.to_string();
+                        let ca = shared
+                            .opts
+                            .ca_file
+                            .as_ref()
+                            .map_or("the configured CA".to_string(), |p| p.display().to_string());
+                        match tidelog_wal::wire::CertRefusal::of(&why) {
+                            Some(tidelog_wal::wire::CertRefusal::OtherCa) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
+                            ),
+                            Some(_) => tracing::warn!(
+                                %remote,
+                                "shipper refused: its certificate is not acceptable ({why})"
+                            ),
+                            None => tracing::warn!(%remote, "shipper handshake failed: {why}"),
+                        }
+                    }
                 }
             });
         }
@@ -1102,7 +1124,7 @@ fn writer_thread(
             continue;
         }
         // Frames read just before a pause are held here until it ends (or shutdown).
-        let _gate = loop {
+        let gate = loop {
             let g = lock(&ti.write_gate);
             if !ti.paused.load(Ordering::SeqCst) || ti.stop.load(Ordering::SeqCst) {
                 break g;
@@ -1209,6 +1231,8 @@ fn writer_thread(
                 // from the durable end once the tablet takes streams again.
                 let _ = w.rollback();
                 disk_full(&ti, &out, msg);
+                // Nothing is written while waiting: a pause need not wait for the space.
+                drop(gate);
                 if !wait_for_space(&ti, queue, &log) {
                     break 'run;
                 }

@@ -29,7 +29,7 @@ pub const HT_LEN: usize = 8;
 /// Longest encoded key the store takes (fjall keys are at most `u16::MAX` bytes). A user
 /// key fits when `len + (its 0x00 bytes) + 10 ≤` this: 65 525 bytes without a NUL, 32 762
 /// if every byte is one ([`encoded_len`]).
-pub const MAX_ENCODED_LEN: usize = u16::MAX as usize;
+pub const MAX_ENCODED_LEN: usize = tidelog_wal::format::STORE_MAX_KEY_LEN;
 
 const ESC: u8 = 0x00;
 const ESC_ZERO: u8 = 0xFF;

@@ -23,3 +23,4 @@ mod seq_wait;
 pub mod store;
 pub mod tls;
 pub mod trx;
+mod write_buffer;

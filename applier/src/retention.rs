@@ -79,12 +79,14 @@ impl Releaser {
             if !self.warned {
                 tracing::warn!(
                     "received-log retention paused: an apply batch failed, so the cache of \
-                     unresolved transactions is incomplete until a restart"
+                     unresolved transactions is incomplete until it is rebuilt (a restart, or \
+                     a reopen of the store after a failed write)"
                 );
                 self.warned = true;
             }
             return Ok(BTreeMap::new());
         };
+        self.warned = false;
         let mut bounds = BTreeMap::new();
         let mut floor_ht = HybridTime::MAX;
         for (t, f) in floors {
@@ -153,12 +155,26 @@ impl ReceivedRetention {
         every: Duration,
     ) -> Result<ReceivedRetention> {
         let mut rel = Releaser::new(store, received_dir);
+        // The last failure logged: a full disk fails every round until space returns, and is
+        // logged once.
+        let mut failing: Option<String> = None;
         let p = Periodic::start("recv-retention", every, move || {
             let started = std::time::Instant::now();
             match rel.round() {
-                Ok(moved) => tracing::debug!(moved = moved.len(), took = ?started.elapsed(),
-                    "received-log retention round"),
-                Err(e) => tracing::error!("received-log retention: {e}"),
+                Ok(moved) => {
+                    if failing.take().is_some() {
+                        tracing::info!("received-log retention works again");
+                    }
+                    tracing::debug!(moved = moved.len(), took = ?started.elapsed(),
+                        "received-log retention round")
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if failing.as_deref() != Some(e.as_str()) {
+                        tracing::error!("received-log retention: {e}; retried every round");
+                        failing = Some(e);
+                    }
+                }
             }
         })
         .map_err(|source| Error::Io {

@@ -24,7 +24,9 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use fjall::config::{BlockSizePolicy, CompressionPolicy, HashRatioPolicy, PinningPolicy};
+use fjall::config::{
+    BlockSizePolicy, CompressionPolicy, HashRatioPolicy, PartitioningPolicy, PinningPolicy,
+};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode, Readable};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{
@@ -36,12 +38,33 @@ use crate::bloom::IdFilter;
 use crate::error::{Error, Result};
 use crate::history::HistoryFactory;
 use crate::keys;
+use crate::write_buffer::WriteBuffer;
 
 mod reopen;
 pub use reopen::{BinlogRef, Store, REOPEN_MIN_FREE};
 
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
+
+pub use crate::write_buffer::{WriteBufferStats, DEFAULT_WRITE_BUFFER_SIZE, MIN_WRITE_BUFFER_SIZE};
+
+/// How the store is opened: its memory (see `STORE.md`, "Memory").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The block cache, shared by every keyspace (`cache-size`).
+    pub cache_size: u64,
+    /// The bound on all memtables together (`write-buffer-size`, [`crate::write_buffer`]).
+    pub write_buffer_size: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            cache_size: DEFAULT_CACHE_SIZE,
+            write_buffer_size: DEFAULT_WRITE_BUFFER_SIZE,
+        }
+    }
+}
 
 /// Keyspace names.
 pub const MVCC: &str = "mvcc";
@@ -50,6 +73,16 @@ pub const TXNS: &str = "txns";
 /// of an aborted one without searching `txns`.
 pub const ABORTED: &str = "aborted";
 pub const META: &str = "meta";
+
+/// Filter and index blocks of the keyspaces searched by id (`trx`, `trx_open`, `gtid`,
+/// `aborted`): pinned in memory on level 0 (bounded by the write buffer), in partitions read
+/// through the block cache below it (bounded by `cache-size`).
+fn lookup_index_options(o: KeyspaceCreateOptions) -> KeyspaceCreateOptions {
+    o.filter_block_pinning_policy(PinningPolicy::new([true, false]))
+        .index_block_pinning_policy(PinningPolicy::new([true, false]))
+        .filter_block_partitioning_policy(PartitioningPolicy::new([false, true]))
+        .index_block_partitioning_policy(PartitioningPolicy::new([false, true]))
+}
 
 /// Memtable size of the `aborted` keyspace.
 const ABORTED_MEMTABLE: u64 = 2 << 20;
@@ -110,6 +143,42 @@ pub struct Version {
     /// `None`: the key was deleted at `ht`.
     pub value: Option<Vec<u8>>,
     pub ht: HybridTime,
+}
+
+/// One keyspace's share of [`StoreMemory`] (bytes unless said otherwise).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyspaceMemory {
+    pub name: &'static str,
+    /// Active and sealed memtables, and older ones still referenced by a retained version.
+    pub memtables: u64,
+    pub active_memtable: u64,
+    /// Sealed memtables waiting for their flush (a count).
+    pub sealed_memtables: usize,
+    /// Superseded versions (lists of tables and memtables) kept for open snapshots (a count).
+    pub old_versions: usize,
+    pub pinned_filters: u64,
+    pub pinned_indexes: u64,
+}
+
+/// What the store holds in memory, by part (bytes unless said otherwise).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreMemory {
+    /// Blocks in the block cache, and its capacity (`cache-size`).
+    pub block_cache: u64,
+    pub block_cache_capacity: u64,
+    /// fjall's count of memtable bytes not yet flushed, over all keyspaces.
+    pub write_buffer: u64,
+    /// The bound on it and what keeping to it cost.
+    pub write_buffer_stats: WriteBufferStats,
+    /// Journal files (a count).
+    pub journals: usize,
+    pub keyspaces: Vec<KeyspaceMemory>,
+    /// Transactions in the cache of unresolved ones (a count).
+    pub unresolved_txns: usize,
+    /// Pending `trx_open` entries (a count).
+    pub open_trx: usize,
+    /// The Bloom filter of aborted transactions.
+    pub aborted_filter: u64,
 }
 
 /// Where one intent record of a transaction lies in a tablet's received log.
@@ -282,6 +351,8 @@ pub struct OpenStore {
     released_at_open: BTreeMap<TabletId, WalPos>,
     /// Serializes [`Store::raise_global_safe_time`] (read, compare, write).
     global_lock: Mutex<()>,
+    /// The bound on the memtables (`write-buffer-size`).
+    write_buffer: WriteBuffer,
 }
 
 /// What [`OpenStore::open_with`] found in the retained received logs (`OpenStore::rebuild_unresolved`).
@@ -384,15 +455,15 @@ pub const WORKER_THREAD: &str = "fjall:worker";
 const RESEEK_AFTER: usize = 8;
 
 impl OpenStore {
-    /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
-    /// by every keyspace, and rebuilds the cache of unresolved transactions from the
+    /// Opens (creating if needed) the store with `opts` (block cache shared by every keyspace,
+    /// memtable bound), and rebuilds the cache of unresolved transactions from the
     /// received logs. A failure is [`Error::Open`] naming the store's directory and what
     /// failed (a journal that does not recover names the journal files); a store locked by
     /// another process, a directory that cannot be created, or a full disk keeps its own
     /// error.
-    pub(crate) fn open_with(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
+    pub(crate) fn open_with(data_dir: &Path, opts: &StoreOptions) -> Result<OpenStore> {
         let path = data_dir.join("store");
-        Self::open_inner(data_dir, cache_size).map_err(|e| match e {
+        Self::open_inner(data_dir, opts).map_err(|e| match e {
             e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
             e if crate::disk::caused_by_no_space(&e) => e,
             Error::Store { op, source } => Error::Open {
@@ -406,7 +477,8 @@ impl OpenStore {
         })
     }
 
-    fn open_inner(data_dir: &Path, cache_size: u64) -> Result<OpenStore> {
+    fn open_inner(data_dir: &Path, opts: &StoreOptions) -> Result<OpenStore> {
+        let cache_size = opts.cache_size;
         let path = data_dir.join("store");
         std::fs::create_dir_all(&path).map_err(|source| Error::Io {
             op: "create directory",
@@ -442,19 +514,21 @@ impl OpenStore {
             db.keyspace(name, KeyspaceCreateOptions::default)
                 .map_err(Error::store("open keyspace"))
         };
-        // The trx_status look-up keyspaces keep their filter and index blocks in memory on
-        // every level (~1–2 bytes a key): a random look-up over millions of ids then reads
-        // at most one data block, instead of re-reading megabyte filter blocks evicted from
-        // the block cache. (Stored with the keyspace: applies to keyspaces created so.)
+        // The trx_status look-up keyspaces keep the filter and index blocks of their level-0
+        // tables in memory (pinned), and those of deeper levels in partitions of one block,
+        // read through the block cache: a random look-up over millions of ids reads (or
+        // finds cached) one small filter partition, one index partition and at most one data
+        // block per level, never a whole megabyte filter block. Pinned on every level, as
+        // stores created before 2026-12-08 have them, they took ~3 bytes per retained
+        // commit outside `cache-size`, growing with `binlog-retention` (`STORE.md`,
+        // "Memory"). (Stored with the keyspace: applies to keyspaces created so.)
         // Their data blocks are one page (4 KiB), uncompressed and hash-indexed: a look-up
         // that misses the block cache reads, checksums and searches one page; one that hits
-        // it searches a pinned index a quarter the size of 1 KiB blocks' (fewer cache misses
-        // on the binary search, which is most of a hit's cost once the block is cached).
-        let pinned = |name: &'static str| {
+        // it searches an index a quarter the size of 1 KiB blocks' (fewer cache misses on
+        // the binary search, which is most of a hit's cost once the block is cached).
+        let lookup = |name: &'static str| {
             db.keyspace(name, || {
-                let mut o = KeyspaceCreateOptions::default()
-                    .filter_block_pinning_policy(PinningPolicy::all(true))
-                    .index_block_pinning_policy(PinningPolicy::all(true))
+                let mut o = lookup_index_options(KeyspaceCreateOptions::default())
                     .data_block_compression_policy(CompressionPolicy::disabled())
                     .data_block_hash_ratio_policy(HashRatioPolicy::all(0.75));
                 o.data_block_size_policy = BlockSizePolicy::all(4096);
@@ -464,14 +538,13 @@ impl OpenStore {
         };
         let (mvcc, txns, meta) = (ks(MVCC)?, ks(TXNS)?, ks(META)?);
         // Read once per new transaction (almost always a miss) and written once per abort:
-        // small memtables, so that search stays in a few cache-resident levels, and pinned
-        // filters for the misses on disk.
+        // small memtables, so that search stays in a few cache-resident levels, and filters
+        // as the look-up keyspaces have them for the misses on disk.
         let aborted = db
             .keyspace(ABORTED, || {
-                KeyspaceCreateOptions::default()
-                    .max_memtable_size(ABORTED_MEMTABLE)
-                    .filter_block_pinning_policy(PinningPolicy::all(true))
-                    .index_block_pinning_policy(PinningPolicy::all(true))
+                lookup_index_options(
+                    KeyspaceCreateOptions::default().max_memtable_size(ABORTED_MEMTABLE),
+                )
             })
             .map_err(Error::store("open keyspace"))?;
         let mut aborted_filter = IdFilter::default();
@@ -487,9 +560,9 @@ impl OpenStore {
         }
         let bl = Binlog {
             binlog: ks(binlog::BINLOG)?,
-            trx: pinned(binlog::TRX)?,
-            trx_open: pinned(binlog::TRX_OPEN)?,
-            gtid: pinned(binlog::GTID)?,
+            trx: lookup(binlog::TRX)?,
+            trx_open: lookup(binlog::TRX_OPEN)?,
+            gtid: lookup(binlog::GTID)?,
             open_aborts: ks(binlog::OPEN_ABORTS)?,
             visible: Default::default(),
         };
@@ -514,6 +587,7 @@ impl OpenStore {
             rebuilt: Rebuilt::default(),
             released_at_open: BTreeMap::new(),
             global_lock: Mutex::new(()),
+            write_buffer: WriteBuffer::new(opts.write_buffer_size),
         };
         let ids = store.scan_tablets()?.into_keys().collect();
         *store
@@ -721,6 +795,42 @@ impl OpenStore {
         out
     }
 
+    /// What the store holds in memory now (see [`StoreMemory`]).
+    pub fn memory(&self) -> StoreMemory {
+        use fjall::AbstractTree;
+        let keyspaces = self
+            .keyspaces()
+            .into_iter()
+            .map(|(name, ks)| {
+                let t = &ks.tree;
+                KeyspaceMemory {
+                    name,
+                    memtables: t.version_memtable_size_sum(),
+                    active_memtable: t.active_memtable().size(),
+                    sealed_memtables: ks.sealed_memtable_count(),
+                    old_versions: t.version_free_list_len(),
+                    pinned_filters: t.pinned_filter_size() as u64,
+                    pinned_indexes: t.pinned_block_index_size() as u64,
+                }
+            })
+            .collect();
+        let (cache, txns) = {
+            let g = self.cache_lock();
+            (g.len(), self.in_flight.lock().map_or(0, |f| f.len()))
+        };
+        StoreMemory {
+            write_buffer_stats: self.write_buffer.stats(),
+            block_cache: self.db.cache_size(),
+            block_cache_capacity: self.db.cache_capacity(),
+            write_buffer: self.db.write_buffer_size(),
+            journals: self.db.journal_count(),
+            keyspaces,
+            unresolved_txns: cache + txns,
+            open_trx: self.opens.lock().map_or(0, |o| o.len()),
+            aborted_filter: self.aborted_filter.lock().map_or(0, |f| f.memory() as u64),
+        }
+    }
+
     /// Every keyspace, with its name.
     fn keyspaces(&self) -> [(&'static str, &Keyspace); 9] {
         [
@@ -744,7 +854,15 @@ impl OpenStore {
         batch
             .durability(Some(mode))
             .commit()
-            .map_err(Error::store("commit batch"))
+            .map_err(Error::store("commit batch"))?;
+        self.write_buffer.after_commit(&self.db, &self.keyspaces());
+        Ok(())
+    }
+
+    /// Waits while the memtables are above `write-buffer-size` and their flushes behind
+    /// ([`WriteBuffer::stall`]); the apply paths call it before a batch, holding no lock.
+    fn write_stall(&self) {
+        self.write_buffer.stall(&self.db, &self.keyspaces());
     }
 
     // ---- meta ----------------------------------------------------------------------------
@@ -1286,6 +1404,7 @@ impl OpenStore {
         end_pos: WalPos,
         durability: Durability,
     ) -> Result<ApplyOutcome> {
+        self.write_stall();
         self.apply_inner(tablet, records, end_pos, durability)
             .inspect_err(|_| self.mark_cache_incomplete())
     }
@@ -1664,6 +1783,7 @@ impl OpenStore {
         parts: &[Part],
         durability: Durability,
     ) -> Result<usize> {
+        self.write_stall();
         self.apply_parts_inner(tablet, parts, durability)
             .inspect_err(|_| self.mark_cache_incomplete())
     }
@@ -1839,7 +1959,14 @@ impl OpenStore {
             r.seek(start).map_err(wal)?;
             let mut chunk: HashMap<TxnId, ScannedTxn> = HashMap::new();
             loop {
-                let rec = r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos);
+                // Not a record further: the one at the apply position may be one the apply
+                // stage stopped at (it does not decode, or the store cannot take it), and
+                // the tablet's fault, not the store's opening, must report it.
+                let rec = if r.position() >= m.applied_pos {
+                    None
+                } else {
+                    r.next().map_err(wal)?.filter(|(p, _)| *p < m.applied_pos)
+                };
                 let done = rec.is_none();
                 if let Some((pos, rec)) = rec {
                     out.records += 1;
@@ -2188,6 +2315,9 @@ impl OpenStore {
 
 // ---- value encodings (little-endian; see applier/STORE.md)
 // ---------------------------------
+//
+// Public, like the binlog's, so that each codec can be driven on its own (the fuzz tests in
+// `tests/fuzz.rs`): every `decode_*` refuses what its `encode_*` does not write.
 
 /// What fjall's error `e` at opening the store under `dir` means, in words, with the
 /// files it concerns where fjall does not name them: its journal (`*.jnl`) when that is
@@ -2249,7 +2379,7 @@ fn journal_files(dir: &Path) -> String {
         .join(", ")
 }
 
-fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
+pub fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     match v {
         None => vec![VALUE_TOMBSTONE],
         Some(v) => {
@@ -2261,7 +2391,7 @@ fn encode_value(v: Option<&[u8]>) -> Vec<u8> {
     }
 }
 
-fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
+pub fn decode_value(v: &[u8]) -> Result<Option<Vec<u8>>, String> {
     match v.split_first() {
         Some((&VALUE_TOMBSTONE, [])) => Ok(None),
         Some((&VALUE_TOMBSTONE, rest)) => {
@@ -2323,6 +2453,22 @@ impl<'a> Cur<'a> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| format!("invalid tablet id in {what} at byte {at}"))
     }
+    /// A tablet id of a list kept in ascending order, each once (a map's keys or a set),
+    /// that must come after `prev`: every value then has one encoding only.
+    pub(crate) fn tablet_after(
+        &mut self,
+        what: &str,
+        prev: Option<&TabletId>,
+    ) -> Result<TabletId, String> {
+        let at = self.at;
+        let t = self.tablet(what)?;
+        match prev {
+            Some(p) if *p >= t => Err(format!(
+                "{what} {t} at byte {at} does not follow {p}: the list must be in ascending order, each once"
+            )),
+            _ => Ok(t),
+        }
+    }
     pub(crate) fn end(&self) -> Result<(), String> {
         if self.at == self.buf.len() {
             Ok(())
@@ -2345,7 +2491,7 @@ pub(crate) fn put_tablet(out: &mut Vec<u8>, t: &TabletId) {
 const TM_REGISTERED: u8 = 1;
 const TM_OWNER: u8 = 2;
 
-fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
+pub fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(20);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2368,7 +2514,7 @@ fn encode_tablet_meta(m: &TabletMeta) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
+pub fn decode_tablet_meta(v: &[u8]) -> Result<TabletMeta, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2425,7 +2571,7 @@ pub struct CutoverReport {
 const CUT_REPORT: u8 = 1;
 const CUT_CLEANED: u8 = 2;
 
-fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
+pub fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2453,7 +2599,7 @@ fn encode_cutover(c: &Cutover) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
+pub fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
     let mut c = Cur::new(v);
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2471,7 +2617,7 @@ fn decode_cutover(v: &[u8]) -> Result<Cutover, String> {
         let n = c.u16("tablet count")?;
         let mut tablets = BTreeMap::new();
         for _ in 0..n {
-            let t = c.tablet("tablet")?;
+            let t = c.tablet_after("tablet", tablets.keys().next_back())?;
             let safe = HybridTime(c.u64("tablet safe time")?);
             let lag = c.u64("tablet lag")?;
             tablets.insert(t, (safe, lag));
@@ -2533,7 +2679,7 @@ fn resolved(st: &TxnState) -> bool {
             .is_some_and(|c| c.participants.iter().all(|p| st.applied_parts.contains(p)))
 }
 
-fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
+pub fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64);
     out.push(FORMAT_VERSION);
     let mut flags = 0;
@@ -2604,7 +2750,7 @@ fn encode_txn(st: &TxnState) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
+pub fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     let mut c = Cur { buf: v, at: 0 };
     let ver = c.u8("version")?;
     if ver != FORMAT_VERSION {
@@ -2641,7 +2787,7 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
     }
     let n = c.u16("intent tablet count")?;
     for _ in 0..n {
-        let t = c.tablet("intent tablet")?;
+        let t = c.tablet_after("intent tablet", st.intents.keys().next_back())?;
         let k = c.u32("intent count")?;
         let mut list = Vec::with_capacity((k as usize).min(v.len() / 16));
         for _ in 0..k {
@@ -2650,14 +2796,13 @@ fn decode_txn(v: &[u8]) -> Result<TxnState, String> {
                 ht: HybridTime(c.u64("intent ht")?),
             });
         }
-        if st.intents.insert(t.clone(), list).is_some() {
-            return Err(format!("tablet {t} listed twice"));
-        }
+        st.intents.insert(t, list);
     }
     if flags & TX_APPLIED_PARTS != 0 {
         let n = c.u16("applied part count")?;
         for _ in 0..n {
-            st.applied_parts.insert(c.tablet("applied part")?);
+            let t = c.tablet_after("applied part", st.applied_parts.last())?;
+            st.applied_parts.insert(t);
         }
     }
     if flags & TX_OPEN != 0 {
@@ -2678,7 +2823,7 @@ mod tests {
 
     impl Store {
         fn open(data_dir: &Path) -> Result<OpenStore> {
-            OpenStore::open_with(data_dir, DEFAULT_CACHE_SIZE)
+            OpenStore::open_with(data_dir, &StoreOptions::default())
         }
     }
 

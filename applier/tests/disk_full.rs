@@ -23,15 +23,9 @@ fn t(s: &str) -> TabletId {
 /// Write record `i`: key `k{i:06}`, a value of `len` pseudo-random bytes derived from `i`
 /// (that no compression shrinks).
 fn record(i: u64, len: usize) -> Record {
-    let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let v: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    use rand::{RngCore, SeedableRng};
+    let mut v = vec![0u8; len];
+    rand::rngs::StdRng::seed_from_u64(i).fill_bytes(&mut v);
     Record::new(
         HybridTime(1_000 + i),
         Body::Write {
@@ -81,7 +75,7 @@ fn store_writes_resume_on_their_own_once_space_returns() {
         return;
     };
     let data = fs.path().join("applier");
-    let s = Store::open_with(&data, 8 << 20).unwrap();
+    let s = Store::open_with(&data, &small_cache()).unwrap();
     let tablet = t("t1");
     // Batches of 16 records of 4 KiB, each at its place in a log.
     let len = 4096;
@@ -152,7 +146,7 @@ fn store_writes_resume_on_their_own_once_space_returns() {
     }
     assert_exactly_once(&s, &tablet, n, len);
     drop(s);
-    let s = Store::open_with(&data, 8 << 20).unwrap();
+    let s = Store::open_with(&data, &small_cache()).unwrap();
     assert_exactly_once(&s, &tablet, n, len);
 }
 
@@ -176,16 +170,32 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
     }
     let end = w.commit(SyncPolicy::Always).unwrap();
     drop(w);
+    // A second tablet (keys `x…`), whose worker starts while the disk is full.
+    let t2 = t("t2");
+    let mut w = Writer::open(&root, &t2, WalOptions::default()).unwrap();
+    for i in 0..10u64 {
+        w.append(&Record::new(
+            HybridTime(1_000 + n + i),
+            Body::Write {
+                ops: vec![Op::put(format!("x{i}"), format!("w{i}").into_bytes())],
+                trx_id: None,
+                gtid: None,
+            },
+        ))
+        .unwrap();
+    }
+    let end2 = w.commit(SyncPolicy::Always).unwrap();
+    drop(w);
     let data = fs.path().join("applier");
-    let store = Arc::new(Store::open_with(&data, 8 << 20).unwrap());
-    let consistency = Consistency::start(store.clone(), vec![tablet.clone()]).unwrap();
+    let store = Arc::new(Store::open_with(&data, &small_cache()).unwrap());
+    let consistency = Consistency::start(store.clone(), vec![tablet.clone(), t2.clone()]).unwrap();
     fs.fill(1 << 20);
-    let cfg = ApplyConfig {
+    let cfg = || ApplyConfig {
         consistency: Some(consistency.clone()),
         batch_records: 64,
         ..ApplyConfig::default()
     };
-    let mut worker = ApplyWorker::start(store.clone(), &root, tablet.clone(), cfg).unwrap();
+    let mut worker = ApplyWorker::start(store.clone(), &root, tablet.clone(), cfg()).unwrap();
     worker.notify();
     wait_until(
         "the worker held on the full disk",
@@ -205,6 +215,13 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
     assert!(worker.is_running() && worker.error().is_none());
     assert!(worker.applied_pos() < end);
     let before = consistency.safe_time();
+    // Started while the store takes no writes: it runs, holding too.
+    let mut worker2 = ApplyWorker::start(store.clone(), &root, t2.clone(), cfg()).unwrap();
+    worker2.notify();
+    wait_until("the second worker held", Duration::from_secs(30), || {
+        worker2.fault().is_some_and(|f| f.state() == "disk_full")
+    });
+    assert!(worker2.is_running());
 
     fs.drain();
     assert!(
@@ -219,6 +236,11 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
         "the hold is cleared: {:?}",
         worker.held()
     );
+    assert!(
+        worker2.wait_applied(end2, Duration::from_secs(60)),
+        "the second tablet: {:?}",
+        worker2.fault()
+    );
     let last = HybridTime(1_000 + n - 1);
     assert!(
         consistency.wait_for(last, Instant::now() + Duration::from_secs(30)),
@@ -227,6 +249,22 @@ fn apply_holds_on_a_full_disk_and_resumes_exactly_once() {
     );
     assert!(consistency.safe_time() >= before);
     worker.stop().unwrap();
+    worker2.stop().unwrap();
     consistency.stop();
     assert_exactly_once(&store, &tablet, n, len);
+    assert_eq!(store.tablet(&t2).unwrap().unwrap().applied_records, 10);
+    let (xs, _) = store.scan(b"x", None, 100).unwrap();
+    let want: Vec<_> = (0..10)
+        .map(|i| (format!("x{i}").into_bytes(), format!("w{i}").into_bytes()))
+        .collect();
+    let got: Vec<_> = xs.into_iter().map(|(k, v, _)| (k, v)).collect();
+    assert_eq!(got, want);
+}
+
+/// A small block cache: the tests' stores hold little.
+fn small_cache() -> tidelog_applier::store::StoreOptions {
+    tidelog_applier::store::StoreOptions {
+        cache_size: 8 << 20,
+        ..Default::default()
+    }
 }

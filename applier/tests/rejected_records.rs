@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker};
 use tidelog_applier::consistency::Consistency;
-use tidelog_applier::error::{Error, RECORD_REJECTED};
+use tidelog_applier::error::{Error, APPLY_FAILED, RECORD_REJECTED};
 use tidelog_applier::store::{Durability, Store};
-use tidelog_wal::format::{record_checksum, RECORD_HEADER_LEN};
+use tidelog_wal::format::{record_checksum, MAX_KEY_LEN, RECORD_HEADER_LEN};
 use tidelog_wal::{
     Body, HybridTime, Op, Record, SyncPolicy, TabletId, TxnId, WalOptions, WalPos, Writer,
 };
@@ -82,56 +82,91 @@ fn wait_stopped(w: &ApplyWorker, what: &str) {
 }
 
 /// The store refuses, with an error naming the tablet, the record's position and the key's
-/// size, any key whose encoding is longer than fjall takes (it asserts, which panicked the
-/// apply worker), and takes the longest keys that fit.
+/// size, any key whose encoding is longer than fjall takes (fjall asserts on it, which
+/// panicked the apply worker), whatever the WAL's own key limit is; it takes the longest
+/// key the WAL allows, NUL bytes and all.
 #[test]
-fn store_refuses_keys_too_long_for_its_encoding_and_takes_the_longest_that_fit() {
+fn store_refuses_keys_too_long_for_its_encoding_and_takes_the_longest_the_wal_allows() {
     let dir = tempfile::tempdir().unwrap();
     let s = Store::open(dir.path()).unwrap();
     let tablet = t("k2");
-    let cases: [(Vec<u8>, bool); 4] = [
-        (vec![b'K'; 65_526], false),
-        (vec![0u8; 32_763], false),
-        (vec![b'K'; 65_525], true),
-        (vec![0u8; 32_762], true),
-    ];
-    let mut pos = WalPos(4096);
-    for (i, (key, fits)) in cases.into_iter().enumerate() {
-        let ht = HybridTime(1000 + i as u64);
-        let rec = Record::new(ht, put(key.clone()));
-        let end = pos.add((RECORD_HEADER_LEN + rec.encoded_body_len().unwrap()) as u64);
-        let r = s.apply(&tablet, &[(pos, rec)], end, Durability::Buffered);
-        if fits {
-            r.unwrap();
-            let v = s.get(&key, None).unwrap().unwrap();
-            assert_eq!((v.value.as_deref(), v.ht), (Some(&b"v"[..]), ht));
-            pos = end;
-            continue;
-        }
-        let e = r.unwrap_err();
+    let pos = WalPos(4096);
+    let assert_rejected = |e: &Error, len: usize| {
         let msg = e.to_string();
         assert!(
-            matches!(&e, Error::Rejected { pos: p, .. } if *p == pos),
+            matches!(e, Error::Rejected { pos: p, .. } if *p == pos),
             "{msg}"
         );
         assert_eq!(e.tablet_state(), RECORD_REJECTED);
         assert!(
-            msg.contains("k2")
+            msg.contains("tablet k2")
                 && msg.contains(&format!("position {pos}"))
-                && msg.contains(&format!("a key of {} bytes", key.len())),
+                && msg.contains(&len.to_string()),
             "{msg}"
         );
-        // Nothing of it: the apply position did not move.
-        let applied = s
+    };
+    // The store's own limit, exactly: 65 535 bytes encoded.
+    for (key, fits) in [
+        (vec![b'K'; 65_526], false),
+        (vec![0u8; 32_763], false),
+        (vec![b'K'; 65_525], true),
+        (vec![0u8; 32_762], true),
+    ] {
+        let len = key.len();
+        let rec = Record::new(HybridTime(1000), put(key));
+        match Store::check_record(&tablet, pos, &rec) {
+            Ok(()) => assert!(fits, "a key of {len} bytes passed"),
+            Err(e) => {
+                assert!(!fits, "{e}");
+                assert_rejected(&e, len);
+                assert!(
+                    e.to_string().contains(&format!("a key of {len} bytes")),
+                    "{e}"
+                );
+            }
+        }
+    }
+    // Handed to `apply` (as a build with a larger WAL key limit would read them): refused,
+    // by the WAL's limit or the store's, and nothing of them applied.
+    for key in [vec![b'K'; 65_526], vec![0u8; 32_763]] {
+        let len = key.len();
+        let rec = Record::new(HybridTime(1000), put(key));
+        let e = s
+            .apply(&tablet, &[(pos, rec)], pos.add(100), Durability::Buffered)
+            .unwrap_err();
+        assert_rejected(&e, len);
+        assert!(s
             .tablet(&tablet)
             .unwrap()
-            .map_or(WalPos::ZERO, |m| m.applied_pos);
-        assert!(applied <= pos, "{applied}");
+            .is_none_or(|m| m.applied_pos == WalPos::ZERO));
+    }
+    // The longest key the WAL allows, every byte NUL, is stored and read back.
+    let key = vec![0u8; MAX_KEY_LEN];
+    let rec = Record::new(HybridTime(2000), put(key.clone()));
+    let end = pos.add((RECORD_HEADER_LEN + rec.encoded_body_len().unwrap()) as u64);
+    s.apply(&tablet, &[(pos, rec)], end, Durability::Buffered)
+        .unwrap();
+    let v = s.get(&key, None).unwrap().unwrap();
+    assert_eq!(
+        (v.value.as_deref(), v.ht),
+        (Some(&b"v"[..]), HybridTime(2000))
+    );
+}
+
+/// The state a key of `len` bytes stops its tablet in: the store refuses it
+/// (`record_rejected`) where the WAL's key limit lets it be read; where it does not, the
+/// received log's reader does (`apply_failed`: the record does not decode).
+fn long_key_state(len: usize) -> &'static str {
+    if len <= MAX_KEY_LEN {
+        RECORD_REJECTED
+    } else {
+        APPLY_FAILED
     }
 }
 
-/// A rejected record stops only its own tablet, exactly at the record: what precedes it is
-/// applied, nothing of it or after it; the tablet's safe time stays at its last applied
+/// A record that cannot be applied (its key is too long for the store, or for this
+/// build's WAL limit so that it does not decode) stops only its own tablet, exactly at the
+/// record: what precedes it is applied, nothing of it or after it; the tablet's safe time stays at its last applied
 /// record (holding the global one there) while the other tablets on the same apply thread
 /// go on. An intent is refused when it is read, not later at its commit. After a restart
 /// the same record is refused the same way, without a panic.
@@ -194,16 +229,12 @@ fn a_rejected_record_stops_only_its_tablet_exactly_there_also_after_a_restart() 
             wait_stopped(w, "the worker did not stop at the rejected record");
             let f = w.fault().unwrap();
             let msg = f.to_string();
-            assert_eq!(f.state(), RECORD_REJECTED, "{msg}");
+            assert_eq!(f.state(), long_key_state(key_len), "{msg}");
             assert_eq!(f.pos, bad, "{msg}");
             assert!(
-                matches!(&*f.error, Error::Rejected { pos, .. } if *pos == bad),
-                "{msg}"
-            );
-            assert!(
-                msg.contains(w.tablet().as_str())
-                    && msg.contains(&format!("position {bad}"))
-                    && msg.contains(&format!("a key of {key_len} bytes")),
+                msg.contains(&format!("tablet {}", w.tablet()))
+                    && msg.contains(&format!("received-log position {bad}"))
+                    && msg.contains(&key_len.to_string()),
                 "{msg}"
             );
             assert_eq!(w.applied_pos(), bad, "{msg}");

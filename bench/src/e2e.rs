@@ -38,6 +38,19 @@
 //! Without `--rate`: a run at max (rate 0), then 10 %, 50 %, 90 % of the measured max, then
 //! the budget run at `--budget-rate` (25 000 txn/s, 50 % of the 50 000 txn/s budget), each in
 //! a fresh cluster (new directory, certificates, applier and shipper).
+//!
+//! # `--soak`: memory under a steady load
+//!
+//! One run at `--rate` (default 10 000 txn/s) for `--duration` (default 30 min). The resident
+//! set size (`VmRSS`) of the applier and the shipper is sampled every `--rss-every` (5 s)
+//! from the load's start; the progress lines (every 30 s) show it. At the end: RSS at
+//! `--soak-reference` (5 min: the applier warm, its caches and memtables filled), at the end
+//! of the load and its maximum, and the applier's documented memory bound computed from the
+//! run's `applier.toml` (`tidelog::memory::ApplierBound`, `applier/STORE.md`, "Memory").
+//! Budget: the applier's RSS at the end within 10 % of its RSS at the reference, and its
+//! largest sample below the bound.
+//!
+//! Every run exits non-zero when a budget is missed.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -56,9 +69,11 @@ use serde_json::Value;
 use tidelog::demo::Daemon;
 use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog_testkit::{ImpairProxy, Impairment};
+use tidelog::memory::ApplierBound;
 use tidelog_wal::SyncPolicy;
 
 use crate::http1::Http1;
+use crate::rss;
 use crate::ship::cpu;
 use crate::stage_lag;
 use crate::stats::{fmt_int, fmt_ns, Latency};
@@ -72,12 +87,22 @@ pub struct E2eArgs {
     /// Tablets (source shards).
     #[arg(long, default_value_t = 8)]
     tablets: usize,
-    /// One run at this offered rate (txn/s; 0 = max) instead of the sweep.
+    /// One run at this offered rate (txn/s; 0 = max) instead of the sweep. With `--soak`:
+    /// default 10 000.
     #[arg(long)]
     rate: Option<f64>,
-    /// Load duration of each run.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    duration: Duration,
+    /// Load duration of each run. Default 10 s; with `--soak` 30 min.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// One long run at a steady rate, sampling the daemons' RSS (see the module docs).
+    #[arg(long)]
+    soak: bool,
+    /// With `--soak`: how often RSS is sampled.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    rss_every: Duration,
+    /// With `--soak`: the time into the load whose RSS the end is compared with.
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    soak_reference: Duration,
     /// Samples committed within this long of a run's first sampled commit are not recorded.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     warmup: Duration,
@@ -159,6 +184,28 @@ pub struct E2eArgs {
     #[arg(long)]
     quic: Vec<String>,
 }
+
+impl E2eArgs {
+    /// The load duration of each run (`--duration`, else 10 s, or 30 min with `--soak`).
+    fn duration(&self) -> Duration {
+        self.duration.unwrap_or(if self.soak {
+            SOAK_DURATION
+        } else {
+            Duration::from_secs(10)
+        })
+    }
+}
+
+/// `--soak`'s defaults: 30 min at 10 000 txn/s.
+const SOAK_DURATION: Duration = Duration::from_secs(30 * 60);
+const SOAK_RATE: f64 = 10_000.0;
+
+/// `--soak`: the applier's RSS at the end may differ from its RSS at the reference by at
+/// most this fraction.
+const SOAK_DRIFT: f64 = 0.10;
+
+/// `--soak`: the RSS "at" a time is the highest sample of the window ending there.
+const SOAK_WINDOW: Duration = Duration::from_secs(60);
 
 // ---- child processes ----
 
@@ -491,6 +538,10 @@ pub struct Step {
     pub loadavg_end: String,
     /// Through the impairment proxy (`--impair`).
     pub link: Option<LinkStats>,
+    /// `--soak`: the daemons' RSS from the load's start to its end.
+    pub rss: Vec<rss::Sample>,
+    /// `--soak`: the applier's memory bound computed from the run's `applier.toml`.
+    pub bound: Option<ApplierBound>,
 }
 
 fn loadavg() -> String {
@@ -527,6 +578,14 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let proxy = link_through(args, &c)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
+    // The bound the applier documents for the configuration it runs with.
+    let bound = match args.soak {
+        true => Some(ApplierBound::of(
+            &tidelog::config::load_applier(&applier_cfg)?,
+            args.tablets,
+        )),
+        false => None,
+    };
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
     let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "warn")?;
     let mut admin = Admin::new(&asock);
@@ -576,7 +635,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let mut lo = LoadOptions::new(args.workload, &wal);
     lo.tablets = args.tablets;
     lo.rate = offered;
-    lo.duration = Some(args.duration);
+    lo.duration = Some(args.duration());
     lo.accounts = args.accounts;
     lo.connections = args.connections;
     lo.session_dir = Some(dir.join("sessions"));
@@ -631,23 +690,45 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     );
     let applied0 = admin.applied_records()?;
     let t_start = Instant::now();
+    let rss_sampler = match args.soak {
+        true => Some(rss::Sampler::start(
+            applier.pid(),
+            shipper.pid(),
+            args.rss_every,
+        )?),
+        false => None,
+    };
+    // A soak prints a line every 30 s (with the daemons' RSS), other runs every second.
+    let report_every = Duration::from_secs(if args.soak { 30 } else { 1 });
     let (mut last_a, mut last_t) = (applied0, Instant::now());
+    let mut last_check = Instant::now();
     while !load_t.is_finished() {
         std::thread::sleep(Duration::from_millis(100));
-        if last_t.elapsed() < Duration::from_secs(1) {
-            continue;
+        if last_check.elapsed() >= Duration::from_secs(1) {
+            last_check = Instant::now();
+            if let Err(e) = applier.check_alive().and_then(|()| shipper.check_alive()) {
+                stop.store(true, Ordering::Relaxed);
+                give_up.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
-        if let Err(e) = applier.check_alive().and_then(|()| shipper.check_alive()) {
-            stop.store(true, Ordering::Relaxed);
-            give_up.store(true, Ordering::Relaxed);
-            return Err(e);
+        if last_t.elapsed() < report_every {
+            continue;
         }
         let a = admin.applied_records().unwrap_or(last_a);
         let safe = admin.safe_time().unwrap_or(0);
         let now_us = micros_since_epoch(SystemTime::now());
         let dt = last_t.elapsed().as_secs_f64();
+        let rss_now = match args.soak {
+            true => format!(
+                "  RSS applier {} shipper {}",
+                fmt_mib(rss::rss_bytes(applier.pid()).unwrap_or(0)),
+                fmt_mib(rss::rss_bytes(shipper.pid()).unwrap_or(0))
+            ),
+            false => String::new(),
+        };
         println!(
-            "   {:>5.1}s {:>9} txn/s {:>10.0} applied rec/s  safe-time lag {}",
+            "   {:>5.1}s {:>9} txn/s {:>10.0} applied rec/s  safe-time lag {}{rss_now}",
             t_start.elapsed().as_secs_f64(),
             // `-` until its first report.
             report
@@ -668,6 +749,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         .join()
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
     let t_load_end = Instant::now();
+    let rss = rss_sampler.map(rss::Sampler::finish).unwrap_or_default();
     let load_s = (t_load_end - t_start).as_secs_f64();
     let applied1 = admin.applied_records()?;
     let last_ht = summary
@@ -685,7 +767,15 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         shipper.check_alive()?;
         if Instant::now() > deadline {
             give_up.store(true, Ordering::Relaxed);
-            bail!("the safe time did not reach the end of the load within 120 s");
+            // A soak measures memory during the load: a target that fell behind (a busy
+            // machine) is reported with it, not a reason to drop the samples.
+            if !args.soak {
+                bail!("the safe time did not reach the end of the load within 120 s");
+            }
+            println!(
+                "   the safe time did not reach the end of the load within 120 s (reported below)"
+            );
+            break;
         }
         std::thread::sleep(Duration::from_micros(200));
     }
@@ -746,6 +836,8 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
         wall_s: wall,
         loadavg_end: loadavg(),
         link,
+        rss,
+        bound,
     })
 }
 
@@ -784,6 +876,10 @@ fn link_through(args: &E2eArgs, c: &tidelog::demo::LocalCluster) -> Result<Optio
     let text = text.replace(&line, &format!("applier = \"{}\"", proxy.local_addr()));
     std::fs::write(&c.shipper_cfg, text)?;
     Ok(Some(proxy))
+}
+
+fn fmt_mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
 fn print_step(s: &Step) {
@@ -912,6 +1008,9 @@ pub fn run(args: &E2eArgs) -> Result<()> {
     if args.tablets == 0 {
         bail!("--tablets must be at least 1");
     }
+    if args.soak && args.rate.is_some_and(|r| r <= 0.0) {
+        bail!("--soak needs a steady offered rate: --rate must be > 0");
+    }
     if !matches!(args.workload, Workload::Bank | Workload::Kv) {
         bail!("--workload must be bank or kv");
     }
@@ -940,7 +1039,7 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         args.tablets,
         args.source_sync,
         args.heartbeat_interval,
-        args.duration.as_secs_f64(),
+        args.duration().as_secs_f64(),
         args.warmup.as_secs_f64(),
         args.sample_every,
         match args.lag_probe {
@@ -972,7 +1071,9 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         steps.push(s);
         Ok(())
     };
-    if let Some(r) = args.rate {
+    if args.soak {
+        step("soak", args.rate.unwrap_or(SOAK_RATE), &mut steps)?;
+    } else if let Some(r) = args.rate {
         step(if r > 0.0 { "fixed" } else { "max" }, r, &mut steps)?;
     } else {
         step("max", 0.0, &mut steps)?;
@@ -1116,7 +1217,6 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
         });
     }
     // With `--impair`, every run's lag p99 (and no sample left unresolved).
-    let mut impaired_missed = Vec::new();
     if let Some(imp) = &args.impair {
         let limit_ms = args.impair_lag_p99.as_secs_f64() * 1e3;
         for s in &steps {
@@ -1126,11 +1226,11 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
                 target: limit_ms,
                 pass: (s.lag.p99_us as f64 / 1e3) <= limit_ms && s.samples_unresolved == 0,
             };
-            if !c.pass {
-                impaired_missed.push(c.what.clone());
-            }
             checks.push(c);
         }
+    }
+    for s in steps.iter().filter(|s| s.label == "soak") {
+        checks.extend(soak_checks(args, s));
     }
     for c in &checks {
         println!(
@@ -1141,13 +1241,14 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             c.target
         );
     }
+    let (missed, total_checks) = (checks.iter().filter(|c| !c.pass).count(), checks.len());
     if let Some(path) = &args.json {
         let r = Report {
             workload: args.workload.to_string(),
             tablets: args.tablets,
             source_sync: args.source_sync.to_string(),
             heartbeat_interval_ms: args.heartbeat_interval.as_secs_f64() * 1e3,
-            duration_s: args.duration.as_secs_f64(),
+            duration_s: args.duration().as_secs_f64(),
             warmup_s: args.warmup.as_secs_f64(),
             sample_every: args.sample_every,
             lag_probe: args.lag_probe,
@@ -1166,11 +1267,134 @@ fn sweep(args: &E2eArgs, exe: &Path, base: &Path) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         println!("JSON written to {}", path.display());
     }
-    if !impaired_missed.is_empty() {
-        bail!(
-            "impaired-link budget missed: {}",
-            impaired_missed.join("; ")
-        );
+    if missed > 0 {
+        bail!("{missed} of {total_checks} budgets missed");
     }
     Ok(())
+}
+
+/// `--soak`: prints the RSS summary and the bound, and returns the two memory budgets (in
+/// MiB) — end within [`SOAK_DRIFT`] of the reference, largest sample below the bound.
+fn soak_checks(args: &E2eArgs, s: &Step) -> Vec<Check> {
+    let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+    let reference_s = args.soak_reference.as_secs_f64();
+    let (Some(first), Some(end)) = (s.rss.first(), s.rss.last()) else {
+        return vec![Check {
+            what: "RSS sampled during the soak".into(),
+            actual: 0.0,
+            target: 1.0,
+            pass: false,
+        }];
+    };
+    let at_ref = rss::at(&s.rss, reference_s).unwrap_or(*first);
+    // The budget compares the highest RSS of the minute before each point: one sample can
+    // fall on either side of a short burst (a batch of transactions waiting for a lagging
+    // tablet, returned to the kernel SOAK_WINDOW later), the minute's high-water mark does not.
+    let window = SOAK_WINDOW.as_secs_f64();
+    let ref_max =
+        rss::applier_max_between(&s.rss, at_ref.t_s - window, at_ref.t_s).unwrap_or(at_ref);
+    let end_max = rss::applier_max_between(&s.rss, end.t_s - window, end.t_s).unwrap_or(*end);
+    let max_a = s.rss.iter().map(|x| x.applier).max().unwrap_or(0);
+    let max_s = s.rss.iter().map(|x| x.shipper).max().unwrap_or(0);
+    println!();
+    println!(
+        "== soak: {} samples every {:?} over {:.0} s of load ==",
+        s.rss.len(),
+        args.rss_every,
+        end.t_s
+    );
+    println!(
+        "   load: {} txn/s of {} offered ({:.1} %){}",
+        fmt_int(s.txn_per_s as u64),
+        fmt_int(s.offered as u64),
+        100.0 * s.txn_per_s / s.offered.max(1.0),
+        if s.txn_per_s < 0.95 * s.offered {
+            " — the offered rate was NOT held"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "   target: safe-time lag p50 {} p99 {}; {}",
+        fmt_ns(s.lag.p50_us * 1000),
+        fmt_ns(s.lag.p99_us * 1000),
+        if s.catch_up_ms >= 120_000.0 {
+            "NOT caught up 120 s after the load stopped: the applier did not keep up".to_string()
+        } else {
+            format!(
+                "caught up {:.1} s after the load stopped",
+                s.catch_up_ms / 1e3
+            )
+        }
+    );
+    println!("   {:<34} {:>12} {:>12}", "RSS (MiB)", "applier", "shipper");
+    for (what, a, sh) in [
+        (
+            format!("at start ({:.0} s)", first.t_s),
+            first.applier,
+            first.shipper,
+        ),
+        (
+            format!("at {:.0} s (reference)", at_ref.t_s),
+            at_ref.applier,
+            at_ref.shipper,
+        ),
+        (
+            format!("max in the minute to {:.0} s", at_ref.t_s),
+            ref_max.applier,
+            ref_max.shipper,
+        ),
+        (
+            format!("at end ({:.0} s)", end.t_s),
+            end.applier,
+            end.shipper,
+        ),
+        (
+            format!("max in the minute to {:.0} s", end.t_s),
+            end_max.applier,
+            end_max.shipper,
+        ),
+        ("max over the run".to_string(), max_a, max_s),
+    ] {
+        println!("   {what:<34} {:>12.1} {:>12.1}", mib(a), mib(sh));
+    }
+    let mut checks = Vec::new();
+    if end.t_s < reference_s {
+        println!(
+            "   the load ended before the reference time ({reference_s:.0} s): the drift is measured from the last sample"
+        );
+    }
+    let drift = (mib(end_max.applier) - mib(ref_max.applier)) / mib(ref_max.applier).max(1e-9);
+    println!(
+        "   applier RSS drift, minute to {:.0} s → minute to {:.0} s: {:+.1} %",
+        at_ref.t_s,
+        end.t_s,
+        drift * 100.0
+    );
+    checks.push(Check {
+        what: format!(
+            "applier RSS at end within {:.0} % of RSS at {:.0} s (MiB; each the minute's max)",
+            SOAK_DRIFT * 100.0,
+            at_ref.t_s
+        ),
+        actual: mib(end_max.applier),
+        target: mib(ref_max.applier) * (1.0 + SOAK_DRIFT),
+        pass: drift.abs() <= SOAK_DRIFT,
+    });
+    if let Some(b) = &s.bound {
+        println!(
+            "   documented bound (applier/STORE.md, \"Memory\"), from the run's applier.toml:"
+        );
+        for (part, bytes) in &b.parts {
+            println!("     {part:<58} {:>9.1} MiB", mib(*bytes));
+        }
+        println!("     {:<58} {:>9.1} MiB", "total", mib(b.total()));
+        checks.push(Check {
+            what: "applier RSS max below the documented bound (MiB)".into(),
+            actual: mib(max_a),
+            target: mib(b.total()),
+            pass: max_a < b.total(),
+        });
+    }
+    checks
 }

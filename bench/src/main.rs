@@ -6,6 +6,7 @@
 //! tidelog-bench load --workload bank|kv|ordered --wal-dir D --tablets N --rate R --duration D [--seed S]
 //! tidelog-bench ship [--total 2GiB] [--tablets 8] [--lanes 1,2] [--sync batch] [--json FILE]
 //! tidelog-bench e2e --workload bank|kv --tablets N [--rate R] [--duration D] [--json FILE]
+//! tidelog-bench e2e --soak [--rate 10000] [--duration 30m] [--rss-every 5s]
 //! tidelog-bench faults [--seed N] [--duration 180s] [--tablets 8] [--rate 2000] [--impair SPEC]
 //! tidelog-bench cutover [--sizes 10k,1M,10M] [--json FILE]
 //! tidelog-bench trx-status [--commits 10000000] [--data-dir D] [--no-pg] [--json FILE]
@@ -22,6 +23,7 @@ mod faults;
 mod http1;
 mod load_cmd;
 mod pgwire;
+mod rss;
 mod ship;
 mod stage_lag;
 mod stats;

@@ -1275,7 +1275,13 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     let cache_size = args
         .cache_size
         .unwrap_or(tidelog_applier::store::DEFAULT_CACHE_SIZE);
-    let store = Store::open_with(&data_dir, cache_size)?;
+    let store = Store::open_with(
+        &data_dir,
+        &tidelog_applier::store::StoreOptions {
+            cache_size,
+            ..Default::default()
+        },
+    )?;
     let (manifest, gen, reused) = match std::fs::read(&manifest_path) {
         Ok(bytes) => {
             let m: Manifest = serde_json::from_slice(&bytes)

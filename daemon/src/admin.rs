@@ -546,8 +546,10 @@ pub fn percent_decode(field: &str, s: &str, plus_is_space: bool) -> Result<Vec<u
     while i < b.len() {
         match b[i] {
             b'%' => {
+                // Two hex digits (`from_str_radix` alone would take a sign: `%+1`).
                 let hex = b
                     .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                     .and_then(|h| std::str::from_utf8(h).ok());
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(v) => out.push(v),
@@ -782,7 +784,7 @@ mod tests {
         );
         assert_eq!(percent_decode("key", "a+b", false).unwrap(), b"a+b");
         assert_eq!(percent_decode("prefix", "a+b%2B", true).unwrap(), b"a b+");
-        for bad in ["%", "%F", "%GG", "ab%zz"] {
+        for bad in ["%", "%F", "%GG", "ab%zz", "%+1", "a%+F"] {
             let e = percent_decode("key", bad, false).unwrap_err().to_string();
             assert!(e.contains("key: bad percent-encoding"), "{bad}: {e}");
         }

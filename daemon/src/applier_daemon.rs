@@ -93,6 +93,7 @@ fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
     opts.applier_id = format!("tidelog-applier@{}", config::default_shipper_id());
     opts.quic = cfg.quic.tuning();
     opts.max_clock_skew = cfg.max_clock_skew;
+    opts.ca_file = Some(cfg.tls.ca.clone());
     opts
 }
 
@@ -250,6 +251,8 @@ pub struct ApplierState {
     /// Pre-loading the look-up indexes into the block cache ([`WarmState`]).
     pub lookup_cache: Arc<std::sync::atomic::AtomicU8>,
     pub cache_size: u64,
+    /// The configuration, for the memory bound `/v1/status` reports.
+    pub config: Arc<crate::config::ApplierConfig>,
     /// `apply-nice` as configured.
     pub apply_nice: i32,
     /// `store-nice` as configured, and how many store workers got it (`Err`: why not).
@@ -294,14 +297,18 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("creating data-dir {}", cfg.data_dir.display()))?;
     let opts = intake_options(&cfg);
-    let (data_dir, cache_size, o2) = (cfg.data_dir.clone(), cfg.cache_size, opts.clone());
+    let (data_dir, o2) = (cfg.data_dir.clone(), opts.clone());
+    let store_opts = tidelog_applier::store::StoreOptions {
+        cache_size: cfg.cache_size,
+        write_buffer_size: cfg.write_buffer_size,
+    };
     // Opening reads the retained received logs once (the undecided transactions, and the
     // late intents of committed ones, live there and in memory only): recovered first, as
     // the intake will write them on.
     let store = Arc::new(
         tokio::task::spawn_blocking(move || -> Result<Store> {
             tidelog_applier::intake::recover_received_logs(&o2)?;
-            Ok(Store::open_with(&data_dir, cache_size)?)
+            Ok(Store::open_with(&data_dir, &store_opts)?)
         })
         .await
         .context("opening the store")??,
@@ -389,6 +396,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
         cleanup: Arc::new(Mutex::new(None)),
         lookup_cache: Arc::new(std::sync::atomic::AtomicU8::new(WarmState::Empty as u8)),
         cache_size: cfg.cache_size,
+        config: Arc::new(cfg.clone()),
         apply_nice: cfg.apply_nice,
         store_nice,
         received_direct_io: cfg.received_direct_io,
@@ -611,6 +619,7 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
             "index_bytes": s.store.lookup_index_bytes(),
             "cache_size": s.cache_size,
         },
+        "memory": memory_json(&s.store, &s.config, rows.len()),
         "apply_nice": apply_nice_json(s.apply_nice),
         "store_nice": store_nice_json(&s.store_nice),
         "apply_yield": apply_yield_json(&s.appliers.threads.yield_status()),
@@ -642,6 +651,46 @@ fn store_json(store: &Store) -> Value {
         "state": state,
         "error": fault.map(|e| e.to_string()),
         "reopened": store.generation(),
+    })
+}
+
+/// The process's resident size, the bound it is held below for this configuration and
+/// number of tablets (`applier/STORE.md`, "Memory"), and what the store holds in memory.
+fn memory_json(store: &Store, cfg: &crate::config::ApplierConfig, tablets: usize) -> Value {
+    let m = store.memory();
+    let bound = crate::memory::ApplierBound::of(cfg, tablets);
+    let keyspaces: serde_json::Map<String, Value> = m
+        .keyspaces
+        .iter()
+        .map(|k| {
+            (
+                k.name.to_string(),
+                json!({
+                    "memtable_bytes": k.memtables,
+                    "active_memtable_bytes": k.active_memtable,
+                    "sealed_memtables": k.sealed_memtables,
+                    "old_versions": k.old_versions,
+                    "pinned_filter_bytes": k.pinned_filters,
+                    "pinned_index_bytes": k.pinned_indexes,
+                }),
+            )
+        })
+        .collect();
+    json!({
+        "rss_bytes": crate::memory::rss_bytes(),
+        "bound_bytes": bound.total(),
+        "block_cache_bytes": m.block_cache,
+        "block_cache_capacity": m.block_cache_capacity,
+        "write_buffer_bytes": m.write_buffer,
+        "write_buffer_limit": m.write_buffer_stats.limit,
+        "write_buffer_seals": m.write_buffer_stats.seals,
+        "write_stalls": m.write_buffer_stats.stalls,
+        "write_stalled_ms": m.write_buffer_stats.stalled.as_millis() as u64,
+        "journals": m.journals,
+        "unresolved_txns": m.unresolved_txns,
+        "open_trx": m.open_trx,
+        "aborted_filter_bytes": m.aborted_filter,
+        "keyspaces": keyspaces,
     })
 }
 

@@ -64,6 +64,11 @@ pub struct ApplierConfig {
     /// The store's block cache, shared by all its keyspaces; > 0. Default `256MiB`.
     #[serde(deserialize_with = "de_size")]
     pub cache_size: u64,
+    /// The most the store's memtables (the writes not yet flushed to its tables, all
+    /// keyspaces together) may hold: above half of it the largest is flushed, above all of
+    /// it apply waits for the flushes. At least 4MiB. Default `64MiB`.
+    #[serde(deserialize_with = "de_size")]
+    pub write_buffer_size: u64,
     /// Threads applying the received logs; tablets are spread over them, each thread taking
     /// its tablets in turn. 0 = half the cores, at least two. Default `0`.
     pub apply_threads: usize,
@@ -221,7 +226,7 @@ pub struct QuicConfig {
     /// (at least 3). Default 1048576: by time only (`time-threshold`).
     pub packet_threshold: u32,
     /// A packet is taken as lost once a later one is acknowledged and this many round-trip
-    /// times have passed since it was sent (1.0 to 10.0). Default 1.5.
+    /// times have passed since it was sent (1.0 to 10.0). Default 2.0.
     pub time_threshold: f32,
 }
 
@@ -436,6 +441,7 @@ impl Default for ApplierConfig {
             expect_tablets: Vec::new(),
             segment_size: 64 << 20,
             cache_size: tidelog_applier::store::DEFAULT_CACHE_SIZE,
+            write_buffer_size: tidelog_applier::store::DEFAULT_WRITE_BUFFER_SIZE,
             apply_threads: 0,
             runtime_threads: 0,
             apply_nice: 0,
@@ -485,6 +491,12 @@ impl ApplierConfig {
         }
         if self.cache_size == 0 {
             bail!("key \"cache-size\": must be > 0");
+        }
+        if self.write_buffer_size < tidelog_applier::store::MIN_WRITE_BUFFER_SIZE {
+            bail!(
+                "key \"write-buffer-size\": {} is below the minimum 4MiB",
+                self.write_buffer_size
+            );
         }
         if self.apply_threads > MAX_APPLY_THREADS {
             bail!(
@@ -577,9 +589,19 @@ impl ShipperConfig {
         }
     }
 
+    /// The warning for a `wal-dir` that does not exist (yet): the shipper waits for it.
+    pub fn wal_dir_missing(&self) -> Option<String> {
+        (!self.wal_dir.exists()).then(|| {
+            format!(
+                "key \"wal-dir\": {} does not exist yet; the shipper waits for it to appear",
+                self.wal_dir.display()
+            )
+        })
+    }
+
     /// Checks what parsing cannot: TLS files readable, the applier address resolves, limits
-    /// consistent, `wal-dir` a directory. The error names the key; callers add the file
-    /// name.
+    /// consistent, `wal-dir` a directory if it exists. The error names the key; callers add
+    /// the file name.
     pub fn validate(&self) -> Result<()> {
         validate_log_level(&self.log_level)?;
         if self.lanes > MAX_LANES {
@@ -594,9 +616,8 @@ impl ShipperConfig {
                 "key \"wal-dir\": {} is not a directory",
                 self.wal_dir.display()
             ),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                bail!("key \"wal-dir\": {} does not exist", self.wal_dir.display())
-            }
+            // Not there yet: the shipper waits for it (`wal_dir_missing` warns).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => bail!(
                 "key \"wal-dir\": cannot read {}: {e}",
                 self.wal_dir.display()
@@ -979,6 +1000,7 @@ binlog-retention = "7d"
 expect-tablets = ["t1", "t-2"]
 segment-size = "1GiB"
 cache-size = "1GiB"
+write-buffer-size = "32MiB"
 apply-threads = 3
 runtime-threads = 2
 apply-nice = -5
@@ -1010,6 +1032,8 @@ time-threshold = 2
         assert_eq!(c.segment_size, 1 << 30);
         assert_eq!(c.cache_size, 1 << 30);
         assert_eq!(ApplierConfig::default().cache_size, 256 << 20);
+        assert_eq!(c.write_buffer_size, 32 << 20);
+        assert_eq!(ApplierConfig::default().write_buffer_size, 64 << 20);
         assert_eq!(c.effective_apply_threads(), 3);
         assert_eq!(c.effective_runtime_threads(), 2);
         assert!(ApplierConfig::default().effective_apply_threads() >= 1);
@@ -1037,7 +1061,7 @@ time-threshold = 2
         let d = QuicConfig::default().tuning();
         assert_eq!(d, QuicTuning::default());
         assert_eq!(d.congestion, Congestion::Bbr);
-        assert_eq!(d.time_threshold, 1.5);
+        assert_eq!(d.time_threshold, 2.0);
     }
 
     #[test]
@@ -1320,11 +1344,10 @@ ship-unsynced = true
             wal_dir: dir.path().join("wal"),
             ..ShipperConfig::default()
         };
-        let e = format!("{:#}", s.validate().unwrap_err());
-        assert!(
-            e.contains("key \"wal-dir\"") && e.contains("does not exist"),
-            "{e}"
-        );
+        // Missing: valid, with a warning (the shipper waits for it).
+        s.validate().unwrap();
+        let w = s.wal_dir_missing().unwrap();
+        assert!(w.contains("key \"wal-dir\"") && w.contains("waits"), "{w}");
         std::fs::write(dir.path().join("wal"), "x").unwrap();
         let e = format!("{:#}", s.validate().unwrap_err());
         assert!(
@@ -1334,6 +1357,7 @@ ship-unsynced = true
         std::fs::remove_file(dir.path().join("wal")).unwrap();
         std::fs::create_dir(dir.path().join("wal")).unwrap();
         s.validate().unwrap();
+        assert_eq!(s.wal_dir_missing(), None);
         s.reconnect_max = Duration::from_millis(1);
         assert!(format!("{:#}", s.validate().unwrap_err()).contains("reconnect-max"));
         s.reconnect_max = Duration::from_secs(5);
@@ -1392,5 +1416,14 @@ ship-unsynced = true
         c.cache_size = 0;
         let e = format!("{:#}", c.validate().unwrap_err());
         assert!(e.starts_with("key \"cache-size\": must be > 0"), "{e}");
+        c.cache_size = 1 << 20;
+        c.write_buffer_size = (4 << 20) - 1;
+        let e = format!("{:#}", c.validate().unwrap_err());
+        assert!(
+            e.starts_with("key \"write-buffer-size\": 4194303 is below the minimum 4MiB"),
+            "{e}"
+        );
+        c.write_buffer_size = 4 << 20;
+        c.validate().unwrap();
     }
 }

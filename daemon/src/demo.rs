@@ -4,6 +4,12 @@
 //! over 8 tablets with a live progress line, checks the bank total at consistent reads while
 //! it runs, prints a summary and stops everything.
 //!
+//! The progress line (txn/s, MB/s, safe-time lag, the bank check) is redrawn in place on a
+//! terminal, one line per second otherwise. The safe-time lag is sampled once a second while
+//! the timed load runs: after it ends, its heartbeats stop and so does the safe time, and a
+//! sample then would measure the stop. A reader that goes away (`tidelog demo | head -3`)
+//! ends the demo quietly (exit 0) after stopping both daemons and removing the directory.
+//!
 //! SIGTERM or SIGINT (Ctrl-C) while it runs stops the workload, stops both daemons with
 //! SIGTERM (a clean stop), removes the directory (unless `--keep`) and exits with 128 + the
 //! signal after one line saying so ([`Interrupted`]); a second signal exits at once, leaving
@@ -442,7 +448,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
     // Before the directory exists: from now on SIGTERM and SIGINT are the demo's to handle.
     let interrupt = Interrupt::install(&dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let result = demo(&args, &dir, &interrupt);
+    let mut out = Out::new();
+    let result = demo(&args, &dir, &interrupt, &mut out);
     if let Some(signal) = interrupt.signal() {
         // Whatever `demo` was doing ended because of the signal (a child that got the
         // terminal's SIGINT too may have exited first): its error is not the story.
@@ -456,16 +463,78 @@ pub fn run(args: DemoArgs) -> Result<()> {
         };
         return Err(Interrupted { signal, dir_note }.into());
     }
-    if args.keep || result.is_err() {
-        println!("demo directory kept: {}", dir.display());
+    // A reader that went away (`tidelog demo | head -3`) ends the demo as a signal would,
+    // quietly: the daemons are stopped (by `demo`) and the directory goes.
+    let closed = result.as_ref().err().is_some_and(is_broken_pipe);
+    if (args.keep || result.is_err()) && !closed {
+        let _ = out.line(format_args!("demo directory kept: {}", dir.display()));
     } else if let Err(e) = std::fs::remove_dir_all(&dir) {
         eprintln!("warning: removing {}: {e}", dir.display());
     }
     result
 }
 
-fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt) -> Result<()> {
-    println!(
+/// Whether `e` comes from writing to a stdout nobody reads any more.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `println!` on [`Out`] that returns the write's error (a closed pipe) instead of
+/// panicking.
+macro_rules! say {
+    ($out:expr, $($arg:tt)*) => {
+        $out.line(format_args!($($arg)*))?
+    };
+}
+
+/// The demo's stdout: lines, and the progress line, redrawn in place on a terminal (one
+/// line per update otherwise). A write that fails (the reader went away) is an error for
+/// the caller to stop on.
+#[derive(Debug)]
+struct Out {
+    tty: bool,
+    /// A progress line is on the screen without its newline.
+    drawn: bool,
+}
+
+impl Out {
+    fn new() -> Out {
+        use std::io::IsTerminal;
+        Out {
+            tty: std::io::stdout().is_terminal(),
+            drawn: false,
+        }
+    }
+
+    fn line(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut o = std::io::stdout().lock();
+        if std::mem::take(&mut self.drawn) {
+            o.write_all(b"\n")?;
+        }
+        writeln!(o, "{text}")?;
+        o.flush()
+    }
+
+    fn progress(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
+        use std::io::Write;
+        if !self.tty {
+            return self.line(text);
+        }
+        let mut o = std::io::stdout().lock();
+        // Back to the start of the line, erase it, draw the new one.
+        write!(o, "\r\x1b[2K{text}")?;
+        self.drawn = true;
+        o.flush()
+    }
+}
+
+fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt, out: &mut Out) -> Result<()> {
+    say!(
+        out,
         "tidelog demo: {} tablets, bank workload ({} accounts) for {}, offered {} txn/s",
         args.tablets,
         args.accounts,
@@ -476,36 +545,28 @@ fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt) -> Result<()> {
             "max".into()
         }
     );
-    println!("  directory {}", dir.display());
+    say!(out, "  directory {}", dir.display());
     let cluster = LocalCluster::write(dir, args.tablets, "1m", "demo-source", "")?;
-    let (applier_cfg, shipper_cfg, asock, wal, port) = (
-        cluster.applier_cfg,
-        cluster.shipper_cfg,
-        cluster.applier_sock,
-        cluster.wal,
-        cluster.port,
+    let (applier_cfg, shipper_cfg, port) =
+        (&cluster.applier_cfg, &cluster.shipper_cfg, cluster.port);
+    say!(
+        out,
+        "  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}"
     );
-    println!("  certificates, applier.toml, shipper.toml written; applier on udp 127.0.0.1:{port}");
     let exe = std::env::current_exe().context("locating this binary")?;
     interrupt.check()?;
-    let mut applier = Daemon::spawn(
-        &exe,
-        "apply",
-        &applier_cfg,
-        &dir.join("applier.log"),
-        "info",
-    )?;
-    let mut shipper = Daemon::spawn(&exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "info")?;
+    let mut applier = Daemon::spawn(&exe, "apply", applier_cfg, &dir.join("applier.log"), "info")?;
+    let mut shipper = Daemon::spawn(&exe, "ship", shipper_cfg, &dir.join("shipper.log"), "info")?;
     let result = drive(
         args,
         dir,
         interrupt,
         &mut applier,
         &mut shipper,
-        &asock,
-        &wal,
+        &cluster,
+        out,
     );
-    if interrupt.signal().is_some() {
+    if interrupt.signal().is_some() || result.as_ref().err().is_some_and(is_broken_pipe) {
         // A clean stop (the load thread has stopped: `drive` joined it), not the SIGKILL
         // of their drop. On the normal path `drive` stopped them already.
         for d in [&mut shipper, &mut applier] {
@@ -555,9 +616,10 @@ fn drive(
     interrupt: &Interrupt,
     applier: &mut Daemon,
     shipper: &mut Daemon,
-    asock: &Path,
-    wal: &Path,
+    cluster: &LocalCluster,
+    out: &mut Out,
 ) -> Result<()> {
+    let (asock, wal) = (&cluster.applier_sock, &cluster.wal);
     let api = Api::new(asock)?;
     applier.wait_until(
         &format!("the applier answering on {}", asock.display()),
@@ -567,7 +629,8 @@ fn drive(
             Ok(api.get("/v1/status").is_ok())
         },
     )?;
-    println!(
+    say!(
+        out,
         "  applier (pid {}) and shipper (pid {}) running\n",
         applier.pid(),
         shipper.pid()
@@ -587,20 +650,29 @@ fn drive(
     // Safe time is the minimum over tablets: a tablet that goes without a record holds it
     // back until its heartbeat, so heartbeats come quickly here (8 tablets × 200/s).
     lo.heartbeat_interval = Duration::from_millis(5);
-    let (st2, r2) = (stop.clone(), report.clone());
+    // When the timed load began (after the bank's initial balances), set by its thread.
+    let began: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let (st2, r2, b2) = (stop.clone(), report.clone(), began.clone());
     let handle = std::thread::Builder::new()
         .name("bank".into())
         .spawn(move || {
-            load::run(lo, &st2, |p| {
-                *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
-            })
+            load::run_when_ready(
+                lo,
+                &st2,
+                || {
+                    *b2.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                    Ok(())
+                },
+                |p| {
+                    *r2.lock().unwrap_or_else(|p| p.into_inner()) = Some(p.clone());
+                },
+            )
         })?;
     let load = LoadThread {
         stop,
         handle: Some(handle),
     };
 
-    let started = Instant::now();
     let mut lags: Vec<u64> = Vec::new();
     let mut checks = 0u32;
     let expected = args.accounts * 1000;
@@ -613,9 +685,19 @@ fn drive(
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map_or((0.0, 0.0), |p| (p.interval_txn_per_s, p.interval_mb_per_s));
+        let began = *began.lock().unwrap_or_else(|p| p.into_inner());
         let (_, st) = api.get("/v1/safe-time").unwrap_or((0, Value::Null));
+        let answered = Instant::now();
+        // A sample counts only if answered while the timed load ran. When it ends, its
+        // records and heartbeats stop and the safe time, rightly, stops with them: a sample
+        // taken after that measures the wait since the end (up to the whole second between
+        // samples), not the pipeline. Such a last sample was the reported maximum.
+        let elapsed = began.map(|b| answered.duration_since(b));
+        if elapsed.is_some_and(|e| e >= args.duration) {
+            break;
+        }
         let lag = st["lag_ms"].as_u64();
-        if let Some(l) = lag {
+        if let (Some(l), Some(_)) = (lag, elapsed) {
             lags.push(l);
         }
         let total = bank_total(&api)?;
@@ -630,13 +712,14 @@ fn drive(
             Some((_, n, _)) => format!("{n} accounts visible"),
             None => "safe time not yet initialized".into(),
         };
-        println!(
+        out.progress(format_args!(
             "  {:>4.1}s  {:>8.0} txn/s  {:>6.2} MB/s  safe-time lag {:>6}  bank {check}",
-            started.elapsed().as_secs_f64(),
+            // Tenths of a second, cut (not rounded): within the run, never its end.
+            (elapsed.unwrap_or_default().as_millis() / 100) as f64 / 10.0,
             txn_s,
             mb_s,
             lag.map_or("-".into(), |l| format!("{l} ms")),
-        );
+        ))?;
     }
     let summary = load.join()?;
     // Everything written becomes visible: wait for the safe time to pass the last record.
@@ -676,25 +759,31 @@ fn drive(
         lags.get(((lags.len() as f64 - 1.0) * q).round() as usize)
             .copied()
     };
-    println!();
-    println!("summary");
-    println!(
+    say!(out, "");
+    say!(out, "summary");
+    say!(
+        out,
         "  transactions   {} committed, {} aborted ({:.0} txn/s)",
-        summary.txns_committed, summary.txns_aborted, summary.txn_per_s
+        summary.txns_committed,
+        summary.txns_aborted,
+        summary.txn_per_s
     );
-    println!(
+    say!(
+        out,
         "  WAL            {} records, {:.1} MB ({:.2} MB/s)",
         summary.records,
         summary.bytes as f64 / 1e6,
         summary.mb_per_s
     );
-    println!(
-        "  safe-time lag  p50 {} ms, max {} ms (sampled once a second)",
+    say!(
+        out,
+        "  safe-time lag  p50 {} ms, max {} ms (sampled once a second while the load ran)",
         pct(0.5).map_or("-".into(), |v| v.to_string()),
         pct(1.0).map_or("-".into(), |v| v.to_string())
     );
-    println!("  bank total     {total} at {checks} consistent reads (last at ht {read_ht}), always {expected}");
-    println!(
+    say!(out, "  bank total     {total} at {checks} consistent reads (last at ht {read_ht}), always {expected}");
+    say!(
+        out,
         "  last gtid      {}",
         summary.last_gtid.map_or("-".into(), |g| g.to_string())
     );
@@ -705,7 +794,10 @@ fn drive(
     }
     match summary.final_aborts.first() {
         Some(t) => asks.push((t.to_string(), None, "ABORTED")),
-        None => println!("  trx_status     (no session ended on an abort this run)"),
+        None => say!(
+            out,
+            "  trx_status     (no session ended on an abort this run)"
+        ),
     }
     let unknown = summary.last_commit.map_or_else(
         || "1:1".to_string(),
@@ -730,10 +822,10 @@ fn drive(
             ),
             _ => v["reason"].as_str().unwrap_or("-").to_string(),
         };
-        println!("  trx_status     {trx:<26} {state:<9} {detail}");
+        say!(out, "  trx_status     {trx:<26} {state:<9} {detail}");
     }
     shipper.stop(STOP_TIMEOUT)?;
     applier.stop(STOP_TIMEOUT)?;
-    println!("  applier and shipper stopped cleanly (SIGTERM)");
+    say!(out, "  applier and shipper stopped cleanly (SIGTERM)");
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod ctl;
 pub mod demo;
 pub mod fault_run;
 pub mod load;
+pub mod logging;
 pub mod memory;
 pub mod metrics;
 pub mod notify;

@@ -60,7 +60,60 @@ enum Command {
     /// Create the CA and the mTLS certificates of both daemons.
     Certs(CertsArgs),
     /// Talk to a running daemon through its admin socket.
+    #[command(after_help = ctl::EXIT_STATUS_HELP)]
     Ctl(ctl::CtlArgs),
+    /// Write the man pages or the shell completions (for packaging).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
+}
+
+/// `tidelog generate man|completions DIR`
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    /// `man`: tidelog.1 and a page per subcommand (tidelog-ctl.1, tidelog-ctl-status.1, …);
+    /// `completions`: tidelog.bash, _tidelog (zsh) and tidelog.fish.
+    #[arg(value_enum)]
+    what: Generated,
+    /// Output directory (created if missing).
+    dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Generated {
+    Man,
+    Completions,
+}
+
+/// Writes what `tidelog generate` is asked for from the clap definitions; the paths written.
+fn generate(args: &GenerateArgs) -> Result<Vec<PathBuf>> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("creating {}", args.dir.display()))?;
+    let mut cmd = Cli::command();
+    let mut written = Vec::new();
+    match args.what {
+        Generated::Man => {
+            // tidelog.1, tidelog-ctl.1, tidelog-ctl-status.1, … (hidden commands left out).
+            clap_mangen::generate_to(cmd, &args.dir)
+                .with_context(|| format!("writing man pages to {}", args.dir.display()))?;
+            for e in std::fs::read_dir(&args.dir)? {
+                let p = e?.path();
+                if p.extension().is_some_and(|x| x == "1") {
+                    written.push(p);
+                }
+            }
+            written.sort();
+        }
+        Generated::Completions => {
+            use clap_complete::Shell;
+            for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+                let path = clap_complete::generate_to(shell, &mut cmd, "tidelog", &args.dir)
+                    .with_context(|| format!("writing {shell} completions"))?;
+                written.push(path);
+            }
+        }
+    }
+    Ok(written)
 }
 
 /// `tidelog apply|ship …`
@@ -115,7 +168,9 @@ impl Command {
         };
         match self {
             // A one-shot tool: the WAL's per-open info lines would only be noise.
-            Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) => "warn".into(),
+            Command::Wal(_) | Command::Certs(_) | Command::Ctl(_) | Command::Generate(_) => {
+                "warn".into()
+            }
             Command::Apply(a) => tidelog::config::load_applier(&a.config)
                 .map_or_else(|_| "info".into(), |c| valid(c.log_level)),
             Command::Ship(a) => tidelog::config::load_shipper(&a.config)
@@ -126,17 +181,15 @@ impl Command {
 }
 
 fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
-    let filter = match flag {
-        Some(f) => EnvFilter::try_new(f).with_context(|| format!("bad --log-level {f:?}"))?,
+    let (text, what) = match flag {
+        Some(f) => (f.to_string(), "--log-level"),
         None => match std::env::var("RUST_LOG") {
-            Ok(v) if !v.trim().is_empty() => {
-                EnvFilter::try_new(&v).with_context(|| format!("bad RUST_LOG {v:?}"))?
-            }
-            _ => {
-                EnvFilter::try_new(default).with_context(|| format!("bad log-level {default:?}"))?
-            }
+            Ok(v) if !v.trim().is_empty() => (v, "RUST_LOG"),
+            _ => (default.to_string(), "log-level"),
         },
     };
+    let filter = EnvFilter::try_new(tidelog::logging::with_quiet_dependencies(&text))
+        .with_context(|| format!("bad {what} {text:?}"))?;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -150,12 +203,13 @@ fn init_logging(flag: Option<&str>, default: &str) -> Result<()> {
     Ok(())
 }
 
-fn run(command: Command) -> Result<()> {
+/// Runs a command; its exit status on success (`ctl` has several, see `tidelog::ctl`).
+fn run(command: Command) -> Result<u8> {
     match command {
-        Command::Wal(args) => wal_cmd::run(args),
-        Command::Apply(a) => tidelog::applier_daemon::run(&a.config, a.check),
-        Command::Ship(a) => tidelog::shipper_daemon::run(&a.config, a.check),
-        Command::Demo(a) => tidelog::demo::run(a),
+        Command::Wal(args) => wal_cmd::run(args).map(|()| 0),
+        Command::Apply(a) => tidelog::applier_daemon::run(&a.config, a.check).map(|()| 0),
+        Command::Ship(a) => tidelog::shipper_daemon::run(&a.config, a.check).map(|()| 0),
+        Command::Demo(a) => tidelog::demo::run(a).map(|()| 0),
         Command::Certs(CertsArgs {
             command: CertsCommand::Init { dir, sans, force },
         }) => {
@@ -164,18 +218,16 @@ fn run(command: Command) -> Result<()> {
                 println!("wrote {}", f.display());
             }
             println!("applier certificate names: {}", r.applier_sans.join(", "));
-            Ok(())
+            Ok(0)
         }
         Command::Ctl(args) => ctl::run(args),
+        Command::Generate(args) => {
+            for p in generate(&args)? {
+                println!("wrote {}", p.display());
+            }
+            Ok(0)
+        }
     }
-}
-
-/// A closed stdout (`tidelog wal dump | head`) is not a failure.
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 /// `e` and its causes joined by `: ` (as `{:#}`), leaving out a cause whose text the
@@ -211,8 +263,9 @@ fn main() -> ExitCode {
     // `failpoints` feature act on it; elsewhere the fail points compile to nothing.
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
+        // A closed stdout (`tidelog wal dump | head`) is not a failure.
+        Err(e) if tidelog::demo::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => match e.downcast_ref::<tidelog::demo::Interrupted>() {
             // Not a failure to explain: the one line says what was stopped and removed.
             Some(i) => {

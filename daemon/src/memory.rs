@@ -4,7 +4,7 @@
 // by its C enum; linked in through the `mimalloc` crate, also where it is not the allocator.
 use mimalloc as _;
 
-/// Both settings below, as the daemons and the bench start: freed memory kept, then
+/// Both settings below, as the daemons and the bench start: freed memory kept a while, then
 /// transparent huge pages off (its error returned for the caller to log; the process goes
 /// on without it).
 pub fn set_up() -> std::io::Result<()> {
@@ -30,6 +30,69 @@ pub fn disable_transparent_huge_pages() -> std::io::Result<()> {
     Ok(())
 }
 
+/// What bounds the applier's resident memory, part by part, for a configuration and a
+/// number of tablets (`applier/STORE.md`, "Memory", explains each part; `tidelog-bench e2e
+/// --soak` checks the applier stays below it).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ApplierBound {
+    /// (what, bytes)
+    pub parts: Vec<(String, u64)>,
+}
+
+/// The process without its data: code, the runtime and its threads, TLS and QUIC state,
+/// the admin API, the allocator's own structures (15 MiB measured at start).
+pub const APPLIER_BASE: u64 = 64 << 20;
+
+/// The store's memtables and the pinned filter and index blocks of its level-0 tables, per
+/// byte of `write-buffer-size`, in tenths: the memtables within the bound, one flushed
+/// memtable (at most half of it) until fjall's next version clean-up, the heap 1.3 times
+/// fjall's count (skip-list nodes, key and value copies; heap profile in `BENCHMARKS.md`),
+/// and level-0 filters and indexes (a few MiB).
+pub const MEMTABLE_TENTHS: u64 = 25;
+
+/// Per tablet besides its frames in flight: the transactions its last batch left waiting on
+/// other tablets (up to a batch of 10 000 records' worth, ~2 KiB each), its received-log
+/// readers' buffers (up to 5 MiB), its intake thread.
+pub const APPLIER_PER_TABLET: u64 = 16 << 20;
+
+impl ApplierBound {
+    pub fn of(cfg: &crate::config::ApplierConfig, tablets: usize) -> ApplierBound {
+        let tablets = tablets as u64;
+        ApplierBound {
+            parts: vec![
+                (
+                    "process (code, runtime, threads, QUIC, admin API)".into(),
+                    APPLIER_BASE,
+                ),
+                ("block cache: cache-size".into(), cfg.cache_size),
+                (
+                    "memtables, level-0 filters: 2.5 x write-buffer-size".into(),
+                    cfg.write_buffer_size * MEMTABLE_TENTHS / 10,
+                ),
+                (
+                    format!("{tablets} tablets x (quic.stream-receive-window + 16 MiB)"),
+                    tablets * (cfg.quic.stream_receive_window + APPLIER_PER_TABLET),
+                ),
+            ],
+        }
+    }
+
+    /// The bound, in bytes.
+    pub fn total(&self) -> u64 {
+        self.parts.iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// The resident set size of this process (`/proc/self/statm`), in bytes; `None` where it
+/// cannot be read.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf takes an integer and touches no memory of ours.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 extern "C" {
     fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
     fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
@@ -39,17 +102,28 @@ extern "C" {
 /// memory stays before it goes back to the kernel (ms; −1: never; default 1000).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
-/// Keeps memory the process freed for its own next allocations instead of returning it to
-/// the kernel after a second unused (mimalloc's purge). The applier's allocations churn at the write
-/// rate — memtables filled and flushed, per-batch record and transaction state — so purged
-/// memory came straight back as fresh pages, each faulted in and zeroed again: on this
-/// project's VM (whose freed memory the host reclaims) a third of the applier's samples at
-/// the maximum rate were in that zeroing (`BENCHMARKS.md`). The cost is that the resident
-/// size stays at its peak.
+/// How long memory the process freed stays mapped for its own next allocations before
+/// mimalloc returns it to the kernel (its purge; mimalloc's default is 1 s).
+///
+/// The applier's allocations churn at the write rate — memtables filled and flushed, per-batch
+/// record and transaction state — and memory purged after a second came straight back as
+/// fresh pages, each faulted in and zeroed again: on this project's VM (whose freed memory
+/// the host reclaims) a third of the applier's samples at the maximum rate were in that
+/// zeroing (`BENCHMARKS.md`). Ten seconds spans the churn (a 64 MiB write buffer turns over
+/// in about a second at the maximum rate, in about ten at 10 000 txn/s). Never purging, as
+/// before, kept every peak for good: a catch-up's transaction state, once, and the resident
+/// size never came down again (`BENCHMARKS.md`, "Soak").
+pub const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
+
+/// Sets mimalloc's purge delay to [`PURGE_DELAY_MS`], unless the environment sets
+/// `MIMALLOC_PURGE_DELAY` (read by mimalloc at start; an operator's value wins).
 pub fn keep_freed_memory() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
     // SAFETY: plain integer arguments; mimalloc's option table is process-global and
     // read atomically.
-    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
 }
 
 /// mimalloc's purge delay as it is now (see [`keep_freed_memory`]).
@@ -68,14 +142,33 @@ mod tests {
         assert_eq!(r, 1);
     }
 
+    /// The figure README.md and applier/STORE.md quote for the defaults with 8 tablets, and
+    /// each configured size counted once.
+    #[test]
+    fn the_bound_at_the_defaults_is_the_documented_one() {
+        let mut cfg = crate::config::ApplierConfig::default();
+        let b = super::ApplierBound::of(&cfg, 8);
+        assert_eq!(b.total(), 736 << 20, "{b:?}");
+        cfg.cache_size += 1 << 20;
+        cfg.write_buffer_size += 2 << 20;
+        cfg.quic.stream_receive_window += 1 << 20;
+        let b2 = super::ApplierBound::of(&cfg, 9);
+        assert_eq!(b2.total() - b.total(), (1 + 5 + 8 + 16 + 16 + 1) << 20, "{b2:?}");
+    }
+
     #[test]
     fn freed_memory_is_kept() {
         // The option at this index has the purge delay's documented default (tests run
         // without MIMALLOC_PURGE_DELAY in the environment), then the value set.
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            assert_eq!(super::purge_delay(), 1000, "not mimalloc's purge delay");
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            // The operator's value wins (see `keep_freed_memory`).
+            let before = super::purge_delay();
+            super::keep_freed_memory();
+            assert_eq!(super::purge_delay(), before);
+            return;
         }
+        assert_eq!(super::purge_delay(), 1000, "not mimalloc's purge delay");
         super::keep_freed_memory();
-        assert_eq!(super::purge_delay(), -1);
+        assert_eq!(super::purge_delay(), super::PURGE_DELAY_MS);
     }
 }

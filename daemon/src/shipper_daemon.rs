@@ -57,6 +57,7 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<String>)> {
     let opts = options(cfg)?;
     let (tls, mut warnings) = certs::Material::load_checked(&cfg.tls)?;
+    warnings.extend(cfg.wal_dir_missing());
     tidelog_shipper::tls::client_config(&lane_material(&tls), &opts.quic).context("[tls]")?;
     match tidelog_shipper::io::choose(opts.io_engine) {
         Err(e) => bail!("key \"io-engine\": {e}"),
@@ -102,6 +103,7 @@ pub fn options(cfg: &ShipperConfig) -> Result<ShipperOptions> {
     o.reconnect_max = cfg.reconnect_max;
     o.ship_unsynced = cfg.ship_unsynced;
     o.quic = cfg.quic.tuning();
+    o.ca_file = Some(cfg.tls.ca.clone());
     Ok(o)
 }
 

@@ -34,11 +34,11 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{DEFAULT_SEGMENT_SIZE, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
-use tidelog_wal::json::{from_json_line_or, write_json_line};
+use tidelog_wal::json::{from_json_line_at, write_json_line};
 use tidelog_wal::reader::{list_tablets, scan_tablets};
 use tidelog_wal::{
-    Body, Error as WalError, HybridTime, ReadLimit, Reader, Record, SyncPolicy, TabletId, TxnId,
-    WalOptions, WalPos, Writer,
+    Body, Error as WalError, HybridClock, HybridTime, ReadLimit, Reader, Record, SyncPolicy,
+    TabletId, TxnId, WalOptions, WalPos, Writer,
 };
 
 /// The longest input line `wal append` reads: a record body is at most 16 MiB, and the
@@ -263,8 +263,13 @@ fn append(a: &AppendArgs) -> Result<()> {
 
 /// Parses one input line; with `default_tablet`, a line without a `tablet` field is that
 /// tablet's and a line naming another tablet is refused.
-fn parse_line(line: &str, default_tablet: Option<&TabletId>) -> Result<(TabletId, Record)> {
-    let (tablet, rec) = from_json_line_or(line, default_tablet)?;
+/// `now` gives the hybrid time of `"ht":"now"` for a tablet.
+fn parse_line(
+    line: &str,
+    default_tablet: Option<&TabletId>,
+    now: &mut dyn FnMut(&TabletId) -> std::result::Result<HybridTime, String>,
+) -> Result<(TabletId, Record)> {
+    let (tablet, rec) = from_json_line_at(line, default_tablet, now)?;
     if let Some(t) = default_tablet {
         if tablet != *t {
             bail!("the line's tablet {tablet} is not the tablet given with --tablet {t}");
@@ -284,6 +289,9 @@ fn feed(
     let mut buf = Vec::with_capacity(64 << 10);
     let mut n: u64 = 0;
     let mut txns = TxnCheck::default();
+    // `"ht":"now"`: this clock, above the tablet's last ht (so consecutive lines, and a log
+    // written by an earlier append, never get an ht that is not increasing).
+    let clock = HybridClock::new();
     loop {
         buf.clear();
         let got = io::Read::take(input.by_ref(), MAX_LINE + 1)
@@ -307,8 +315,19 @@ fn feed(
         if line.trim().is_empty() {
             continue;
         }
-        let (tablet, rec) =
-            parse_line(line, default_tablet).with_context(|| format!("line {n}"))?;
+        let mut used_now = false;
+        let (tablet, mut rec) = parse_line(line, default_tablet, &mut |_| {
+            used_now = true;
+            Ok(clock.now())
+        })
+        .with_context(|| format!("line {n}"))?;
+        if used_now {
+            let entry = writer_for(writers, wal_dir, opts, &tablet, n)?;
+            if let Some(last) = entry.writer.last_ht().filter(|last| rec.ht <= *last) {
+                clock.observe(last);
+                rec.ht = clock.now();
+            }
+        }
         if let Body::Commit {
             txn, participants, ..
         } = &rec.body
@@ -316,22 +335,7 @@ fn feed(
             txns.check_commit(wal_dir, &tablet, rec.ht, *txn, participants, writers)
                 .with_context(|| format!("line {n}: tablet {tablet}"))?;
         }
-        let entry = match writers.entry(tablet.clone()) {
-            std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                let w = Writer::open(wal_dir, v.key(), opts.clone()).with_context(|| {
-                    format!(
-                        "line {n}: opening the log of tablet {} in {}",
-                        v.key(),
-                        wal_dir.display()
-                    )
-                })?;
-                v.insert(Appended {
-                    writer: w,
-                    records: 0,
-                })
-            }
-        };
+        let entry = writer_for(writers, wal_dir, opts, &tablet, n)?;
         entry
             .writer
             .append(&rec)
@@ -347,6 +351,34 @@ fn feed(
             _ => {}
         }
     }
+}
+
+/// The writer of `tablet`, opened (for line `n`) on first use.
+fn writer_for<'a>(
+    writers: &'a mut BTreeMap<TabletId, Appended>,
+    wal_dir: &Path,
+    opts: &WalOptions,
+    tablet: &TabletId,
+    n: u64,
+) -> Result<&'a mut Appended> {
+    if !writers.contains_key(tablet) {
+        let w = Writer::open(wal_dir, tablet, opts.clone()).with_context(|| {
+            format!(
+                "line {n}: opening the log of tablet {tablet} in {}",
+                wal_dir.display()
+            )
+        })?;
+        writers.insert(
+            tablet.clone(),
+            Appended {
+                writer: w,
+                records: 0,
+            },
+        );
+    }
+    writers
+        .get_mut(tablet)
+        .with_context(|| format!("line {n}: tablet {tablet} has no writer"))
 }
 
 /// What `append` knows of the intents in the logs it writes to, to refuse the commit of a

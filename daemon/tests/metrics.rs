@@ -1,5 +1,6 @@
-//! `GET /metrics` of both daemons (issue #7): scraped from the admin sockets and from
-//! `metrics-listen` over TCP, valid for `promtool check metrics`, with the names the
+//! `GET /metrics` of both daemons: scraped from the admin sockets and from `metrics-listen`
+//! over TCP, valid Prometheus text (checked as `promtool check metrics` would, without it:
+//! `common::prom`; and by promtool itself where it is installed), with the names the
 //! dashboards use, and per-tablet counters that move under traffic.
 #![allow(clippy::unwrap_used)]
 
@@ -7,7 +8,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -53,41 +53,48 @@ fn value(text: &str, sample: &str) -> Option<f64> {
 }
 
 fn promtool_check(what: &str, text: &str) {
-    let promtool = std::env::var_os("PATH")
-        .and_then(|p| {
-            std::env::split_paths(&p)
-                .map(|d| d.join("promtool"))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "promtool is missing: run `bash .ci/run`, which installs Debian's prometheus \
-                 package (it ships promtool)"
-            )
-        });
-    let mut child = Command::new(promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success() && said.trim().is_empty(),
-        "promtool check metrics on the {what}'s metrics: {said}\n{text}"
-    );
+    common::prom::assert_valid(what, text);
+}
+
+/// The checker that stands in for promtool finds what promtool would.
+#[test]
+fn the_exposition_checker_catches_what_promtool_would() {
+    let good = "# HELP tidelog_applier_x_total Things.\n# TYPE tidelog_applier_x_total counter\n\
+                tidelog_applier_x_total{tablet=\"t1\"} 3\n\
+                # HELP tidelog_applier_d_seconds Durations.\n# TYPE tidelog_applier_d_seconds histogram\n\
+                tidelog_applier_d_seconds_bucket{le=\"0.1\"} 1\n\
+                tidelog_applier_d_seconds_bucket{le=\"1\"} 2\n\
+                tidelog_applier_d_seconds_bucket{le=\"+Inf\"} 2\n\
+                tidelog_applier_d_seconds_sum 0.6\ntidelog_applier_d_seconds_count 2\n";
+    assert_eq!(common::prom::problems(good), Vec::<String>::new());
+    for (bad, want) in [
+        (good.replace("x_total", "x"), "ends in _total"),
+        (
+            good.replace("# HELP tidelog_applier_x_total Things.\n", ""),
+            "no HELP",
+        ),
+        (good.replace("{le=\"1\"} 2", "{le=\"1\"} 0"), "cumulative"),
+        (
+            good.replace("{tablet=\"t1\"}", "{tablet=t1}"),
+            "does not parse",
+        ),
+        (good.replace("_count 2", "_count 3"), "+Inf bucket"),
+        (good.replace("d_seconds", "d_milliseconds"), "base unit"),
+        (
+            good.replace("applier_x_total", "applierX_total"),
+            "snake_case",
+        ),
+        (
+            format!("{good}tidelog_applier_x_total{{tablet=\"t2\"}} 1\n"),
+            "does not parse",
+        ),
+    ] {
+        let p = common::prom::problems(&bad);
+        assert!(
+            p.iter().any(|l| l.contains(want)),
+            "want {want:?}: {p:?}\n{bad}"
+        );
+    }
 }
 
 #[test]

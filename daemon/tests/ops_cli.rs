@@ -152,6 +152,10 @@ fn router() -> Router {
                         ));
                     }
                     let at = q.get("at").map(|a| admin::parse_ht("at", a)).transpose()?;
+                    if key == "missing" {
+                        return Ok(Json(json!({"key": key, "found": false, "value": null,
+                            "version_ht": null, "read_ht": "9"})));
+                    }
                     Ok(Json(json!({
                         "key": key,
                         "found": true,
@@ -190,11 +194,16 @@ fn router() -> Router {
         )
         .route(
             "/metrics",
-            get(|| async {
-                admin::prometheus("tidelog_applier_safe_time_lag_seconds 0.5\n".into())
-            }),
+            get(|| async { admin::prometheus(METRICS.into()) }),
         )
 }
+
+const METRICS: &str = "# HELP tidelog_applier_safe_time_lag_seconds Safe-time lag.\n\
+                       # TYPE tidelog_applier_safe_time_lag_seconds gauge\n\
+                       tidelog_applier_safe_time_lag_seconds 0.5\n\
+                       # HELP tidelog_applier_received_bytes_total Bytes received.\n\
+                       # TYPE tidelog_applier_received_bytes_total counter\n\
+                       tidelog_applier_received_bytes_total{tablet=\"t1\"} 4096\n";
 
 struct Server {
     rt: tokio::runtime::Runtime,
@@ -275,19 +284,35 @@ fn ctl_against_an_admin_server() {
         status_body()
     );
 
-    // Human: scalars then an aligned table of tablets.
+    // Human: health first, then a compact table of the tablets.
     let out = srv.ctl(&["status"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
-    assert!(s.contains("role       replica"), "{s}");
-    assert!(
-        s.contains("TABLET  RECEIVED_POS  APPLIED_POS  SAFE_TIME            STATE"),
+    let heads: Vec<&str> = s
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.split("  ").next().unwrap())
+        .collect();
+    assert_eq!(
+        heads,
+        ["applier", "safe time", "laggiest", "errors", "tablets"],
         "{s}"
     );
+    assert!(s.contains("errors     t2: needs_bootstrap\n"), "{s}");
     assert!(
-        s.contains("t2      0             0            0                    needs_bootstrap"),
+        s.contains("tablets    2: 1 needs_bootstrap, 1 streaming\n"),
         "{s}"
     );
+    assert!(s.contains("TABLET  STATE            LAG"), "{s}");
+    assert!(s.lines().all(|l| l.chars().count() <= 100), "{s}");
+    // --wide: every field, the generic way.
+    let out = srv.ctl(&["status", "--wide"]);
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("role       replica\nsafe_time  7300000000000000001 ("),
+        "{s}"
+    );
+    assert!(s.contains("RECEIVED_POS"), "{s}");
 
     // Path segments are encoded and decoded back by the server; the mode is passed.
     let out = srv.ctl(&["--json", "get", "a b/c?d&e", "--latest"]);
@@ -303,7 +328,26 @@ fn ctl_against_an_admin_server() {
     );
     let out = srv.ctl(&["get", "k"]);
     let s = text(&out.stdout);
-    assert!(s.contains("value") && s.contains("b64:AP8="), "{s}");
+    assert!(
+        s.starts_with("found       true\nkey         k\nvalue       b64:AP8=\n"),
+        "{s}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+    // Not found: exit 3, with and without --json.
+    for json in [false, true] {
+        let mut args = vec!["get", "missing"];
+        if json {
+            args.push("--json");
+        }
+        let out = srv.ctl(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(text(&out.stdout).contains("false"), "{}", text(&out.stdout));
+    }
 
     // An error answer: exit 1, `error: <code>: <message>` on stderr.
     let out = srv.ctl(&["get", "stale"]);
@@ -314,7 +358,7 @@ fn ctl_against_an_admin_server() {
     );
     assert!(out.stdout.is_empty());
     // With --json the error body is printed as is, and the exit status is still 1.
-    let out = srv.ctl(&["--json", "promote"]);
+    let out = srv.ctl(&["--json", "promote", "--yes"]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -350,9 +394,24 @@ fn ctl_against_an_admin_server() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("t 1"));
     let out = srv.ctl(&["metrics"]);
+    assert_eq!(text(&out.stdout), METRICS);
+    // --json: the exposition parsed, one object per family, on one line when piped.
+    let out = srv.ctl(&["metrics", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
-        text(&out.stdout),
-        "tidelog_applier_safe_time_lag_seconds 0.5\n"
+        text(&out.stdout).lines().count(),
+        1,
+        "{}",
+        text(&out.stdout)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["tidelog_applier_safe_time_lag_seconds"],
+        json!({"type": "gauge", "help": "Safe-time lag.", "samples": [{"labels": {}, "value": 0.5}]})
+    );
+    assert_eq!(
+        v["tidelog_applier_received_bytes_total"]["samples"][0],
+        json!({"labels": {"tablet": "t1"}, "value": 4096.0})
     );
 
     let socket = srv.shutdown();
@@ -433,24 +492,53 @@ fn tidelog_bounded(args: &[&str], limit: Duration) -> Output {
 }
 
 #[test]
-fn ship_check_needs_an_existing_wal_dir() {
+fn ship_waits_for_a_missing_wal_dir_and_refuses_a_file() {
     let tmp = tempfile::tempdir().unwrap();
     let c = common::Cluster::new(tmp.path(), "batch", "");
     let cfg = c.shipper_cfg.to_str().unwrap();
     let limit = Duration::from_secs(30);
     let out = tidelog_bounded(&["ship", "--config", cfg, "--check"], limit);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 
-    // Missing (with and without --check), then a file where the directory should be.
+    // Missing: --check passes with a warning naming the key and what the shipper does.
     std::fs::remove_dir(&c.wal).unwrap();
-    for (check, problem) in [
-        (true, "does not exist"),
-        (false, "does not exist"),
-        (true, "is not a directory"),
-    ] {
-        if problem == "is not a directory" {
-            std::fs::write(&c.wal, "not a directory").unwrap();
-        }
+    let out = tidelog_bounded(&["ship", "--config", cfg, "--check"], limit);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let want = format!(
+        "warning: {cfg}: key \"wal-dir\": {} does not exist yet; the shipper waits for it to appear",
+        c.wal.display()
+    );
+    assert!(err.contains(&want), "{err}");
+
+    // The daemons started before the WAL directory exists: the shipper logs that it waits,
+    // then ships what is written once it appears.
+    let _applier = c.start_applier();
+    let mut shipper = c.start_shipper();
+    let log = tmp.path().join("shipper.log");
+    common::wait_for("the shipper's waiting line", limit, || {
+        std::fs::read_to_string(&log)
+            .is_ok_and(|l| l.contains("the shipper waits for it to appear"))
+    });
+    // Up and answering, with the directory still missing.
+    common::wait_for("the shipper's admin socket", limit, || {
+        common::api(&c.shipper_sock, "GET", "/v1/status").is_some()
+    });
+    assert!(!c.wal.exists());
+    common::write_records(&c.wal, "t1", 5, |i| format!("v{i}").into_bytes());
+    common::wait_for("t1 applied", limit, || {
+        common::api(&c.applier_sock, "GET", "/v1/status")
+            .is_some_and(|(_, v)| v["tablets"]["t1"]["applied_records"].as_u64() == Some(5))
+    });
+    let l = std::fs::read_to_string(&log).unwrap();
+    assert!(l.contains("wal-dir appeared"), "{l}");
+    assert!(shipper.terminate(limit));
+
+    // A file where the directory should be stays an error, with and without --check.
+    std::fs::remove_dir_all(&c.wal).unwrap();
+    std::fs::write(&c.wal, "not a directory").unwrap();
+    for check in [true, false] {
         let mut args = vec!["ship", "--config", cfg];
         if check {
             args.push("--check");
@@ -458,7 +546,10 @@ fn ship_check_needs_an_existing_wal_dir() {
         let out = tidelog_bounded(&args, limit);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        let want = format!("{cfg}: key \"wal-dir\": {} {problem}", c.wal.display());
+        let want = format!(
+            "{cfg}: key \"wal-dir\": {} is not a directory",
+            c.wal.display()
+        );
         assert!(err.contains(&want), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}: {}", text(&out.stdout));
     }
@@ -536,7 +627,15 @@ fn promoted_router() -> Router {
                     if let Some(w) = &q.wait {
                         admin::parse_wait("wait", w)?;
                     }
-                    Ok::<_, ApiError>(Json(json!({"trx_id": trx, "state": "unknown", "wait": q.wait})))
+                    let state = match trx.as_str() {
+                        "1:1" => "COMMITTED",
+                        "1:3" => "IN_PROGRESS",
+                        "1:4" => "ABORTED",
+                        _ => "UNKNOWN",
+                    };
+                    Ok::<_, ApiError>(Json(json!({"trx_id": trx, "state": state, "wait": q.wait,
+                        "caught_up": true, "commit_ht": null, "connect_id": "1", "gtid": null,
+                        "reason": null, "safe_time": "7300000000000000001"})))
                 },
             ),
         )
@@ -548,6 +647,16 @@ fn ctl_renders_nested_status_fields_and_empty_lists_readably() {
     let out = srv.ctl(&["status"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let s = text(&out.stdout);
+    assert!(
+        s.starts_with(
+            "applier    primary, QUIC on udp 127.0.0.1:7400; promoted at cut \
+             2025-01-01T00:00:00.000000Z (cleanup done)\n"
+        ),
+        "{s}"
+    );
+    let out = srv.ctl(&["status", "--wide"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
     assert!(!s.contains('{') && !s.contains('"'), "raw JSON in: {s}");
     let line = |name: &str| {
         s.lines()
@@ -556,16 +665,16 @@ fn ctl_renders_nested_status_fields_and_empty_lists_readably() {
             .to_string()
     };
     assert!(
-        line("lookup_cache").ends_with("  cache_size: 268435456, index_bytes: 1234, state: warm"),
+        line("lookup_cache").ends_with("  state: warm, cache_size: 268435456, index_bytes: 1234"),
         "{s}"
     );
     let cutover = line("cutover");
     assert!(
-        cutover.contains("  cleanup_done: true, cut_ht: 7300000000000000001 (")
-            && cutover.ends_with("Z), cut_time: 2025-01-01T00:00:00.000000Z, removed_versions: 12"),
+        cutover.contains("  cut_ht: 7300000000000000001 (")
+            && cutover.ends_with("Z), cut_time: 2025-01-01T00:00:00.000000Z, cleanup_done: true, removed_versions: 12"),
         "{s}"
     );
-    assert!(s.contains("TABLET  RECEIVED_POS"), "{s}");
+    assert!(s.contains("TABLET  STATE     SAFE_TIME"), "{s}");
 
     // A scan that finds nothing: the items line says so instead of dangling.
     let out = srv.ctl(&["scan", "nothing/"]);
@@ -579,7 +688,7 @@ fn ctl_renders_nested_status_fields_and_empty_lists_readably() {
 fn ctl_trx_status_checks_wait_like_the_daemon() {
     let srv = Server::start_with(promoted_router());
     let out = srv.ctl(&["--json", "trx-status", "7:3", "--wait", "250ms"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "UNKNOWN: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["wait"], "250ms", "passed to the daemon as written");
     // A bare number (the daemon refuses it) and a negative duration (which clap used to take
@@ -597,4 +706,210 @@ fn ctl_trx_status_checks_wait_like_the_daemon() {
     }
     let out = srv.ctl(&["trx-status", "7:3", "--wait=-1s"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+#[test]
+fn ctl_trx_status_prints_state_first_and_exits_by_state() {
+    let srv = Server::start_with(promoted_router());
+    let out = srv.ctl(&["trx-status", "1:1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    assert!(
+        s.starts_with("state       COMMITTED\ntrx_id      1:1\n"),
+        "{s}"
+    );
+    for (trx, state, code) in [
+        ("1:1", "COMMITTED", 0),
+        ("1:2", "UNKNOWN", 3),
+        ("1:3", "IN_PROGRESS", 4),
+        ("1:4", "ABORTED", 5),
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["trx-status", trx];
+            if json {
+                args.push("--json");
+            }
+            let out = srv.ctl(&args);
+            assert_eq!(out.status.code(), Some(code), "{args:?}");
+            assert!(text(&out.stdout).contains(state), "{args:?}");
+        }
+    }
+}
+
+/// Answers like a shipper: its status, and no applier routes.
+fn shipper_router() -> Router {
+    Router::new().route(
+        "/v1/status",
+        get(|| async {
+            Json(
+                json!({"io_engine": "uring", "io_engine_note": null, "lanes": 1,
+                "connected_lanes": 1, "tablets": {}}),
+            )
+        }),
+    )
+}
+
+#[test]
+fn ctl_says_when_the_socket_is_the_other_daemons() {
+    let srv = Server::start_with(shipper_router());
+    for args in [
+        vec!["get", "acct/1"],
+        vec!["trx-status", "7:3"],
+        vec!["promote", "--yes"],
+    ] {
+        let out = srv.ctl(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        let want = format!(
+            "{} is a shipper's admin socket; `{}` is an applier command",
+            srv.socket.display(),
+            args[0]
+        );
+        assert!(err.contains(&want), "{args:?}: {err}");
+        assert!(!err.contains("no route"), "{args:?}: {err}");
+    }
+    // Its own commands work.
+    let out = srv.ctl(&["status"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("shipper  io engine uring, 1/1 lanes connected\n"));
+    // An applier's 404 for a route it does have but a key it does not is not "the wrong
+    // daemon": only a missing route is.
+    let srv = Server::start();
+    let out = srv.ctl(&["binlog"]);
+    assert!(
+        text(&out.stderr).contains("no route GET /v1/binlog"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// A router that counts the promotes it is asked for.
+fn counting_router(promotes: std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Router {
+    Router::new().route(
+        "/v1/promote",
+        post(move || {
+            promotes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async {
+                Json(
+                    json!({"cut_ht": "7300000000000000001", "cut_time": "2026-01-01T00:00:00Z",
+                    "lost_commits": 0, "lost_window_ms": 0, "tablets": {}}),
+                )
+            }
+        }),
+    )
+}
+
+#[test]
+fn ctl_promote_needs_yes_or_a_typed_confirmation() {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let promotes = std::sync::Arc::new(AtomicUsize::new(0));
+    let srv = Server::start_with(counting_router(promotes.clone()));
+    // No --yes, stdin not a terminal: refused, exit 2, nothing sent.
+    let out = srv.ctl(&["promote"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("irreversible") && err.contains("--yes"),
+        "{err}"
+    );
+    assert_eq!(promotes.load(Ordering::SeqCst), 0);
+    // --yes: promoted.
+    let out = srv.ctl(&["promote", "--yes"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("cut_ht"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(promotes.load(Ordering::SeqCst), 1);
+    // On a terminal: the word typed confirms; anything else does not.
+    for (typed, code, sent) in [("no\n", 1, 1), ("promote\n", 0, 2)] {
+        let (mut master, slave) = common::pty();
+        let child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+            .args(["ctl", "--socket", srv.socket.to_str().unwrap(), "promote"])
+            .stdin(Stdio::from(slave))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        master.write_all(typed.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{typed:?}: {err}");
+        assert!(err.contains("Type 'promote' to confirm"), "{err}");
+        assert_eq!(promotes.load(Ordering::SeqCst), sent, "{typed:?}");
+    }
+}
+
+#[test]
+fn ctl_json_is_pretty_on_a_terminal_and_one_line_in_a_pipe() {
+    use std::process::Stdio;
+    let srv = Server::start();
+    let out = srv.ctl(&["status", "--json"]);
+    assert_eq!(text(&out.stdout).lines().count(), 1);
+    let (master, slave) = common::pty();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args([
+            "ctl",
+            "--socket",
+            srv.socket.to_str().unwrap(),
+            "status",
+            "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(slave))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let s = common::read_pty(master).replace("\r\n", "\n");
+    assert!(s.starts_with("{\n  \"role\": \"replica\",\n"), "{s:?}");
+    assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), status_body());
+}
+
+#[test]
+fn ctl_waits_for_a_socket_that_is_about_to_appear() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("later.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args([
+            "ctl",
+            "--socket",
+            socket.to_str().unwrap(),
+            "status",
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it says it waits, the daemon comes up.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(
+        line.contains("not available yet") && line.contains("waiting up to 5s"),
+        "{line}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let s2 = socket.clone();
+    let task = rt.spawn(async move {
+        admin::serve(&s2, router(), async move {
+            let _ = rx.await;
+        })
+        .await
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{line}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        status_body()
+    );
+    tx.send(()).unwrap();
+    rt.block_on(task).unwrap().unwrap();
 }

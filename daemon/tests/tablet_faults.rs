@@ -126,10 +126,14 @@ fn a_record_the_store_cannot_take_stops_only_its_tablet_with_a_named_state() {
     let tmp = tempfile::tempdir().unwrap();
     let c = Cluster::new(tmp.path(), "batch", "");
     write_records(&c.wal, "t1", 5, |i| format!("v{i}").into_bytes());
+    let now = ht_ago(Duration::ZERO);
+    // A record follows the bad one: on a restart, the received log's recovery must not
+    // take the bad one for corruption (it would refuse the log) or a torn tail (it would
+    // cut what was acknowledged).
     let bad = append_raw(
         &c.wal,
         "k2",
-        &[(ht_ago(Duration::ZERO), vec![b'K'; 65_526])],
+        &[(now, vec![b'K'; 65_526]), (now + 1, b"k2/after".to_vec())],
     )[0];
     let mut applier = c.start_applier();
     let _shipper = c.start_shipper();

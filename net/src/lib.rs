@@ -9,14 +9,19 @@
 //!
 //! QUIC takes a packet as lost once `packet-threshold` later packets, or `time-threshold`
 //! × the RTT, have been acknowledged past it (RFC 9002 §6.1; quinn's defaults are 3 and
-//! 9/8). A link with jitter delivers packets sent a few microseconds apart out of order by
-//! thousands of packets, so with those defaults every reordering looks like a loss, and a
-//! loss-based controller (Cubic, NewReno) shrinks its window at each one: over 20 ms ± 5 ms
-//! with 10 % reordering and 5 % loss a backlog shipped at about a thousandth of the
-//! loopback rate. The defaults here take a packet as lost only by time, after 1.5 × the
-//! RTT (jitter up to a quarter of the RTT either way is not a loss), and use BBR, which
-//! paces by the measured bandwidth and round-trip time and does not take random loss for
-//! congestion (`BENCHMARKS.md`, "Shipping over an impaired link").
+//! 9/8). A link with jitter delivers packets sent microseconds apart out of order, so with
+//! those defaults every reordering looks like a loss, and a loss-based controller (Cubic,
+//! NewReno) shrinks its window at each one: over 20 ms ± 5 ms with 10 % reordering and 5 %
+//! loss a backlog shipped at a few kB/s. The defaults here take a packet as lost only by
+//! time, after 2 × the RTT, and use BBR, which paces by the measured bandwidth and round
+//! trip and does not take random loss for congestion (`BENCHMARKS.md`, "Shipping over an
+//! impaired link").
+//!
+//! What tuning cannot change: quinn drops a packet that arrives more than 128 packets
+//! behind the newest one of its connection (its duplicate-detection window), and the
+//! sender sends it again. Over a link that reorders by a few milliseconds, one connection
+//! therefore carries at most about 128 packets per such interval; the shipper's lanes (one
+//! connection each) add up.
 
 use std::sync::Arc;
 

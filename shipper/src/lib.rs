@@ -65,6 +65,9 @@ pub struct ShipperOptions {
     pub rescan_interval: Duration,
     /// How often the source's `acked` files are rewritten (each write is two fsyncs).
     pub acked_interval: Duration,
+    /// The file the CA in [`TlsMaterial::ca`] came from, named when the applier's
+    /// certificate is refused (default none).
+    pub ca_file: Option<PathBuf>,
 }
 
 impl ShipperOptions {
@@ -86,6 +89,7 @@ impl ShipperOptions {
             quic: wire::QuicTuning::default(),
             rescan_interval: Duration::from_secs(1),
             acked_interval: Duration::from_millis(500),
+            ca_file: None,
         }
     }
 }
@@ -634,6 +638,10 @@ impl Drop for Shipper {
 }
 
 fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> Result<()> {
+    if !shared.opts.wal_dir.exists() {
+        // Not created yet: the scanner waits for it.
+        return Ok(());
+    }
     let (found, others) = tidelog_wal::reader::scan_tablets(&shared.opts.wal_dir)
         .with_context(|| format!("scanning {}", shared.opts.wal_dir.display()))?;
     // Entries that are not tablets (a file system's `lost+found`, a note left by an
@@ -679,6 +687,20 @@ fn scan_once(shared: &Arc<Shared>, lanes: &[mpsc::UnboundedSender<LaneCmd>]) -> 
 /// found a second later, its first records may already be below the safe time.
 fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
     let step = Duration::from_millis(50);
+    // A `wal_dir` the source has not created yet: wait for it (the daemon has logged that),
+    // then scan it as soon as it is watched.
+    let mut next = Instant::now() + shared.opts.rescan_interval;
+    if !shared.opts.wal_dir.exists() {
+        while !shared.opts.wal_dir.exists() {
+            if shared.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            shared.scanner_beat.beat();
+            std::thread::sleep(step);
+        }
+        tracing::info!(wal_dir = %shared.opts.wal_dir.display(), "wal-dir appeared; shipping its tablets");
+        next = Instant::now();
+    }
     let mut watch = match watch::DirWatch::new(&shared.opts.wal_dir) {
         Ok(w) => Some(w),
         Err(e) => {
@@ -690,7 +712,6 @@ fn scanner(shared: Arc<Shared>, lanes: Vec<mpsc::UnboundedSender<LaneCmd>>) {
             None
         }
     };
-    let mut next = Instant::now() + shared.opts.rescan_interval;
     while !shared.shutdown.load(Ordering::SeqCst) {
         shared.scanner_beat.beat();
         let changed = match &mut watch {
@@ -809,11 +830,24 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             Err(e) => {
                 shared.lane_settled(lane);
                 shared.reconnects.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    lane,
-                    "connection to the applier at {} lost: {e:#}",
-                    shared.opts.applier
-                );
+                // With TLS 1.3 the applier checks this shipper's certificate after the
+                // handshake looked done here: its refusal ends a "connection" that never was.
+                let text = format!("{e:#}");
+                let e = match tidelog_wal::wire::CertRefusal::of(&text) {
+                    Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
+                        anyhow::Error::new(NotConnected::new(&shared.opts, &text))
+                    }
+                    _ => e,
+                };
+                if e.downcast_ref::<NotConnected>().is_some() {
+                    tracing::warn!(lane, "{e:#}");
+                } else {
+                    tracing::warn!(
+                        lane,
+                        "connection to the applier at {} lost: {e:#}",
+                        shared.opts.applier
+                    );
+                }
                 for t in &tablets {
                     if let Some(s) = tablet_state(&shared, t) {
                         if ShipState::from_u8(s.state.load(Ordering::Relaxed))
@@ -889,6 +923,55 @@ fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
 }
 
 /// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
+/// A connection attempt that ended before the connection existed (so it was not "lost"),
+/// with what a refused certificate means for the operator.
+#[derive(Debug)]
+struct NotConnected(String);
+
+impl NotConnected {
+    fn new(opts: &ShipperOptions, why: &str) -> NotConnected {
+        use tidelog_wal::wire::CertRefusal;
+        let ca = opts
+            .ca_file
+            .as_ref()
+            .map_or("the configured CA".into(), |p| p.display().to_string());
+        let meaning = match CertRefusal::of(why) {
+            None => why.to_string(),
+            // Our verifier refused the applier's certificate: a local `invalid peer
+            // certificate`; the applier refusing ours comes back "aborted by peer".
+            Some(r) if !why.contains("by peer") => match r {
+                CertRefusal::OtherCa => format!(
+                    "the applier's certificate is not signed by the configured CA (ca = {ca}) ({why})"
+                ),
+                CertRefusal::WrongName => format!(
+                    "the applier's certificate does not name {:?} (server-name) ({why})",
+                    opts.server_name
+                ),
+                CertRefusal::OutOfDate => {
+                    format!("the applier's certificate has expired or is not valid yet ({why})")
+                }
+                CertRefusal::Other => format!("the applier's certificate was refused ({why})"),
+            },
+            Some(_) => format!(
+                "the applier refused this shipper's certificate: is it signed by the CA the \
+                 applier trusts? ({why})"
+            ),
+        };
+        NotConnected(format!(
+            "cannot connect to the applier at {}: {meaning}",
+            opts.applier
+        ))
+    }
+}
+
+impl std::fmt::Display for NotConnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotConnected {}
+
 async fn connection(
     shared: &Arc<Shared>,
     lane: u32,
@@ -912,13 +995,10 @@ async fn connection(
     let conn = loop {
         tokio::select! {
             c = &mut connecting => {
-                break c.with_context(|| format!("connecting to {}", shared.opts.applier))?;
+                break c.map_err(|e| NotConnected::new(&shared.opts, &e.to_string()))?;
             }
             () = &mut give_up => {
-                anyhow::bail!(
-                    "connecting to {}: no answer within {limit:?}",
-                    shared.opts.applier
-                );
+                return Err(NotConnected::new(&shared.opts, &format!("no answer within {limit:?}")).into());
             }
             cmd = rx.recv() => match cmd {
                 Some(LaneCmd::Add(t)) => tablets.push(t),

@@ -19,12 +19,18 @@
 //! | step | share | effect |
 //! | --- | --- | --- |
 //! | loss | `loss` | dropped |
-//! | duplicate | `duplicate` | a second copy follows, with its own delay |
-//! | reorder | `reorder` (per copy) | sent at once, ahead of every datagram held back by the delay (netem's `reorder`) |
-//! | delay | otherwise | held for `delay` ± a uniform `jitter` (at least 0): independent delays reorder datagrams closer together than the jitter, as on a real link with jitter |
+//! | duplicate | `duplicate` | a second copy follows, with its own fate |
+//! | reorder | `reorder` (per copy) | held for twice `delay`: the datagrams sent in the `delay` after it overtake it |
+//! | delay | otherwise | held for `delay` ± a uniform `jitter` (at least 0): independent delays reorder datagrams sent closer together than twice the jitter, as netem's jitter does |
 //!
-//! A fixed delay keeps the order. Held datagrams are bounded ([`MAX_QUEUED_BYTES`] per
-//! direction); beyond it they are dropped and counted as `overflow`. The delays run on
+//! A fixed delay keeps the order. `reorder` displaces a datagram by as much as netem's
+//! `reorder` (which sends it at once, `delay` ahead of its neighbours) but the other way: no
+//! datagram arrives sooner than the path allows (`delay` − `jitter`), so round-trip samples
+//! stay ones a real path could give. (netem's reordered packets cross a 20 ms path in no time;
+//! a congestion controller that keeps the minimum round trip, as BBR does, then sizes its
+//! window for a path of almost no delay.)
+//!
+//! Held datagrams are bounded ([`MAX_QUEUED_BYTES`] per direction); beyond it they are dropped and counted as `overflow`. The delays run on
 //! tokio's timer, which fires at millisecond ticks and never early: a datagram is held at
 //! least its delay, and those due in the same tick leave in due order.
 
@@ -52,7 +58,7 @@ pub struct Impairment {
     pub delay: Duration,
     /// Each delayed datagram's delay is `delay` plus a uniform offset in ±`jitter`.
     pub jitter: Duration,
-    /// Share of datagrams sent at once instead of after the delay, 0..=1.
+    /// Share of datagrams held for twice the delay, so that later ones overtake them, 0..=1.
     pub reorder: f64,
     /// Share of datagrams sent twice, 0..=1.
     pub duplicate: f64,
@@ -186,7 +192,7 @@ pub struct DirStats {
     pub lost: u64,
     /// Extra copies made by `duplicate`.
     pub duplicated: u64,
-    /// Sent at once by `reorder`, ahead of the delayed ones.
+    /// Held back by `reorder`, behind later ones.
     pub reordered: u64,
     /// Dropped because too much was held back, or too many clients.
     pub overflow: u64,
@@ -291,7 +297,7 @@ impl Link {
         let imp = &self.cur;
         if imp.reorder > 0.0 && self.rng.random::<f64>() < imp.reorder {
             Counters::add(&self.counters.reordered, 1);
-            return None;
+            return Some(imp.delay * 2);
         }
         let j = i64::try_from(imp.jitter.as_nanos()).unwrap_or(i64::MAX / 2);
         let base = i64::try_from(imp.delay.as_nanos()).unwrap_or(i64::MAX / 2);

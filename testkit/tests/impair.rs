@@ -197,25 +197,25 @@ async fn dup_sends_its_share_twice() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reorder_sends_its_share_ahead_of_the_delayed_ones() {
+async fn reorder_holds_its_share_back_behind_later_ones() {
     let n = 1000;
     let r = rig("delay=30ms,reorder=20%", 9).await;
     let a = r.run(n).await;
     assert_eq!(a.len() as u64, n);
-    let early = r.proxy.stats().to_target.reordered;
+    let held = r.proxy.stats().to_target.reordered;
     // Binomial(1000, 0.2): mean 200, sd 13.
-    assert!((140..=260).contains(&early), "reordered {early} of {n}");
-    let fast = a
+    assert!((140..=260).contains(&held), "reordered {held} of {n}");
+    // Each reordered one is held twice the delay; the others once (a busy host may delay
+    // those too), and nothing beats the delay.
+    let slow = a
         .iter()
-        .filter(|x| x.delay < Duration::from_millis(30))
+        .filter(|x| x.delay >= Duration::from_millis(60))
         .count() as u64;
-    // Only the reordered ones can beat the delay (a busy host may delay them too).
-    assert!(
-        fast > 0 && fast <= early,
-        "{fast} faster than the delay, {early} reordered"
-    );
-    // Each window's undelayed datagrams overtake most of its delayed ones.
-    assert!(overtaken(&a) > 300, "{} overtaken", overtaken(&a));
+    assert!(slow >= held, "{slow} held 60 ms or more, {held} reordered");
+    let min = a.iter().map(|x| x.delay).min().unwrap();
+    assert!(min >= Duration::from_millis(30), "min delay {min:?}");
+    // The datagrams of a window sent after a held one overtake it.
+    assert!(overtaken(&a) > 100, "{} overtaken", overtaken(&a));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,9 @@
 //! | `heartbeat` | —                                    |
 //!
 //! * `ht` is written as a decimal string (hybrid times exceed 2^53); on input a decimal
-//!   string or a non-negative integer is accepted.
+//!   string or a non-negative integer is accepted, and `"now"`: the current hybrid time,
+//!   as the caller's clock gives it ([`from_json_line_at`]; [`from_json_line_or`] reads
+//!   the wall clock).
 //! * `pos` is written on output and ignored on input.
 //! * A key or value is a JSON string when its bytes are valid UTF-8, else `{"b64":"…"}`
 //!   (standard base64 with padding). Either form is accepted on input. `"value":null`
@@ -405,9 +407,23 @@ pub fn from_json_line(line: &str) -> Result<(TabletId, Record), JsonError> {
 }
 
 /// [`from_json_line`], with `default_tablet` the tablet of a line without a `tablet` field.
+/// `"ht":"now"` is the wall clock's hybrid time (physical microseconds, logical 0).
 pub fn from_json_line_or(
     line: &str,
     default_tablet: Option<&TabletId>,
+) -> Result<(TabletId, Record), JsonError> {
+    from_json_line_at(line, default_tablet, &mut |_| {
+        Ok(HybridTime::from_system_time(std::time::SystemTime::now()))
+    })
+}
+
+/// [`from_json_line_or`], with `now` giving the hybrid time of `"ht":"now"` for the line's
+/// tablet (a writer's caller gives one above the tablet's last ht); its error becomes the
+/// `ht` field's.
+pub fn from_json_line_at(
+    line: &str,
+    default_tablet: Option<&TabletId>,
+    now: &mut dyn FnMut(&TabletId) -> Result<HybridTime, String>,
 ) -> Result<(TabletId, Record), JsonError> {
     let top: J = serde_json::from_str(line).map_err(|e| JsonError::Syntax(e.to_string()))?;
     let fields = match top {
@@ -461,7 +477,10 @@ pub fn from_json_line_or(
         (None, Some(t)) => t.clone(),
         (j, _) => parse_tablet(require(j, "tablet", "every record")?, "tablet")?,
     };
-    let ht = parse_ht(require(ht, "ht", "every record")?)?;
+    let ht = match require(ht, "ht", "every record")? {
+        J::Str(s) if s == "now" => now(&tablet).map_err(|e| invalid("ht", e))?,
+        j => parse_ht(j)?,
+    };
     let txn = || -> Result<TxnId, JsonError> {
         parse_str_field(require(txn, "txn", required_on)?, "txn")
     };
@@ -717,6 +736,29 @@ mod tests {
     }
 
     const TXN: &str = "0123456789abcdef0011223344556677";
+
+    #[test]
+    fn ht_now_is_the_callers_clock_for_the_lines_tablet() {
+        let line = r#"{"tablet":"t7","kind":"heartbeat","ht":"now"}"#;
+        let mut asked = Vec::new();
+        let (tablet, rec) = from_json_line_at(line, None, &mut |t| {
+            asked.push(t.clone());
+            Ok(HybridTime(42))
+        })
+        .unwrap();
+        assert_eq!((tablet, rec.ht), (t("t7"), HybridTime(42)));
+        assert_eq!(asked, vec![t("t7")]);
+        // Without a clock of the caller's: the wall clock, logical 0.
+        let before = HybridTime::from_system_time(std::time::SystemTime::now());
+        let (_, rec) = from_json_line(line).unwrap();
+        assert!(rec.ht >= before && rec.ht.logical() == 0, "{:?}", rec.ht);
+        // The clock's refusal is the ht field's error; other words stay errors.
+        let e = from_json_line_at(line, None, &mut |_| Err("behind the log".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ht") && e.contains("behind the log"), "{e}");
+        assert_err(r#"{"tablet":"t1","kind":"heartbeat","ht":"later"}"#, "`ht`");
+    }
 
     #[test]
     fn golden_lines_have_the_documented_field_order() {
@@ -1128,167 +1170,17 @@ mod tests {
         assert_eq!(out, serde_json::to_string(&all).unwrap());
     }
 
-    fn tablet_id() -> impl Strategy<Value = TabletId> {
-        "[A-Za-z0-9_.-]{1,64}".prop_filter_map("not a tablet id", |s| s.parse().ok())
-    }
-
-    fn bytes() -> impl Strategy<Value = Vec<u8>> {
-        prop_oneof![
-            Just(Vec::new()),
-            proptest::collection::vec(any::<u8>(), 0..48),
-            any::<String>().prop_map(String::into_bytes),
-            "[\"\\\\\\x00-\\x1f a-z\u{e9}\u{2028}\u{1F600}]{0,16}".prop_map(String::into_bytes),
-        ]
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        (bytes(), proptest::option::weighted(0.8, bytes()))
-            .prop_map(|(key, value)| Op { key, value })
-    }
-
-    fn ops() -> impl Strategy<Value = Vec<Op>> {
-        proptest::collection::vec(op(), 0..6)
-    }
-
-    fn trx_id() -> impl Strategy<Value = Option<TrxId>> {
-        proptest::option::of((any::<u64>(), 1..=u64::MAX).prop_map(|(c, n)| TrxId::new(c, n)))
-    }
-
-    fn gtid() -> impl Strategy<Value = Option<Gtid>> {
-        proptest::option::of(any::<(u32, u32, u64)>().prop_map(|(d, s, q)| Gtid::new(d, s, q)))
-    }
-
-    fn txn() -> impl Strategy<Value = TxnId> {
-        any::<[u8; 16]>().prop_map(TxnId)
-    }
-
-    fn record() -> impl Strategy<Value = Record> {
-        let body = prop_oneof![
-            (ops(), trx_id(), gtid()).prop_map(|(ops, trx_id, gtid)| Body::Write {
-                ops,
-                trx_id,
-                gtid
-            }),
-            (txn(), trx_id(), ops()).prop_map(|(txn, trx_id, ops)| Body::Intent {
-                txn,
-                trx_id,
-                ops
-            }),
-            (
-                txn(),
-                proptest::collection::vec(tablet_id(), 0..5),
-                trx_id(),
-                gtid()
-            )
-                .prop_map(|(txn, participants, trx_id, gtid)| Body::Commit {
-                    txn,
-                    participants,
-                    trx_id,
-                    gtid
-                }),
-            (txn(), trx_id()).prop_map(|(txn, trx_id)| Body::Abort { txn, trx_id }),
-            Just(Body::Heartbeat),
-        ];
-        (any::<u64>(), body).prop_map(|(ht, body)| Record::new(HybridTime(ht), body))
-    }
-
+    // The round trip of every record kind and the never-panics of arbitrary and mutated
+    // lines are fuzz properties in `wal/tests/fuzz.rs` (short runs in CI, 100 000 cases in
+    // the long form).
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
-
-        #[test]
-        fn records_round_trip_both_ways(tablet in tablet_id(), pos in any::<u64>(), rec in record()) {
-            let line = to_json_line(&tablet, WalPos(pos), &rec);
-            prop_assert!(!line.contains('\n'), "{}", line);
-            let (t2, r2) = from_json_line(&line).map_err(|e| TestCaseError::fail(format!("{e}: {line}")))?;
-            prop_assert_eq!(&t2, &tablet);
-            prop_assert_eq!(&r2, &rec);
-            prop_assert_eq!(to_json_line(&t2, WalPos(pos), &r2), line.clone());
-
-            // Independent check with serde_json: valid JSON, `ht` a decimal string, `pos` a
-            // number, and each key/value in the documented form.
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-            let ht = rec.ht.0.to_string();
-            prop_assert_eq!(v["ht"].as_str(), Some(ht.as_str()));
-            prop_assert_eq!(v["pos"].as_u64(), Some(pos));
-            prop_assert_eq!(v["kind"].as_str(), Some(rec.kind().name()));
-            let has_ops = matches!(rec.body, Body::Write { .. } | Body::Intent { .. });
-            prop_assert_eq!(v.get("ops").is_some(), has_ops);
-            for (op, j) in rec.ops().iter().zip(v["ops"].as_array().into_iter().flatten()) {
-                let expect = |b: &[u8]| match std::str::from_utf8(b) {
-                    Ok(s) => serde_json::json!(s),
-                    Err(_) => serde_json::json!({ "b64": BASE64.encode(b) }),
-                };
-                prop_assert_eq!(&j["key"], &expect(&op.key));
-                match &op.value {
-                    Some(val) => prop_assert_eq!(&j["value"], &expect(val)),
-                    None => prop_assert!(j["value"].is_null()),
-                }
-            }
-        }
 
         #[test]
         fn escaping_matches_serde_json(s in any::<String>()) {
             let mut out = String::new();
             push_json_str(&mut out, &s);
             prop_assert_eq!(out, serde_json::to_string(&s).unwrap());
-        }
-
-        #[test]
-        fn arbitrary_input_never_panics(s in any::<String>()) {
-            let _ = from_json_line(&s);
-        }
-
-        #[test]
-        fn mutated_lines_never_panic_and_reparse_canonically(
-            tablet in tablet_id(),
-            rec in record(),
-            at in any::<prop::sample::Index>(),
-            byte in any::<u8>(),
-        ) {
-            mutated_line_reparses(&tablet, &rec, at, byte)?;
-        }
-    }
-
-    /// One byte of a valid line changed: no panic, and whatever still parses writes back as
-    /// a line that parses to the same thing.
-    fn mutated_line_reparses(
-        tablet: &TabletId,
-        rec: &Record,
-        at: prop::sample::Index,
-        byte: u8,
-    ) -> Result<(), TestCaseError> {
-        let mut line = to_json_line(tablet, WalPos(1), rec).into_bytes();
-        let i = at.index(line.len());
-        line[i] = byte;
-        if let Ok(s) = std::str::from_utf8(&line) {
-            if let Ok((t2, r2)) = from_json_line(s) {
-                let again = to_json_line(&t2, WalPos(1), &r2);
-                prop_assert_eq!(from_json_line(&again).unwrap(), (t2, r2));
-            }
-        }
-        Ok(())
-    }
-
-    // The long runs of the decoder's fuzz tests (100 000 cases each; the ones above are the
-    // short CI runs): `cargo test -p tidelog-wal --lib json::tests::fuzz -- --ignored`.
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(100_000))]
-
-        #[test]
-        #[ignore = "long fuzz run"]
-        fn fuzz_arbitrary_input_never_panics(s in any::<String>()) {
-            let _ = from_json_line(&s);
-        }
-
-        #[test]
-        #[ignore = "long fuzz run"]
-        fn fuzz_mutated_lines_never_panic(
-            tablet in tablet_id(),
-            rec in record(),
-            at in any::<prop::sample::Index>(),
-            byte in any::<u8>(),
-        ) {
-            mutated_line_reparses(&tablet, &rec, at, byte)?;
         }
     }
 }

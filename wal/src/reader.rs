@@ -473,6 +473,12 @@ impl Reader {
                 continue;
             };
             let (seg_first, path) = (seg.first, seg.path.clone());
+            // A segment's records end where the next one begins, whatever bytes follow them
+            // in its file (recovery and the shipper's tailer take it so too).
+            if seg_first != self.pos && self.segments.binary_search(&self.pos).is_ok() {
+                self.open_segment_for(self.pos)?;
+                continue;
+            }
             let have = self.fill(RECORD_HEADER_LEN)?;
             let start = self.buf_off + self.pos.since(self.buf_pos) as usize;
             let head = &self.buf.bytes()[start..start + have];
@@ -561,6 +567,12 @@ impl Reader {
                     return Err(self.bad_record(&path, seg_first, "record vanished".into()))
                 }
                 Parsed::Invalid(reason) => return Err(self.bad_record(&path, seg_first, reason)),
+                Parsed::Undecodable { reason, .. } => {
+                    let reason = format!(
+                        "a whole record (its checksum matches) whose body does not decode: {reason}"
+                    );
+                    return Err(self.bad_record(&path, seg_first, reason));
+                }
             }
         }
     }

@@ -442,6 +442,15 @@ pub enum Parsed {
     End,
     /// Bytes that are not a valid record at this position; the reason.
     Invalid(String),
+    /// A whole record — header valid, checksum matching — whose body does not decode with
+    /// this build's limits (a key longer than `MAX_KEY_LEN`, say, from a source built with
+    /// other limits): not a torn write, so recovery keeps it (a log is neither cut nor
+    /// refused for it), and a reader refuses it naming it. `len` is its whole length.
+    Undecodable {
+        ht: HybridTime,
+        len: usize,
+        reason: String,
+    },
 }
 
 /// Validates the record at the start of `buf`, which must be at logical position `pos`.
@@ -480,7 +489,11 @@ pub fn parse_record(buf: &[u8], pos: u64) -> Parsed {
             record,
             len: RECORD_HEADER_LEN + len,
         },
-        Err(reason) => Parsed::Invalid(reason),
+        Err(reason) => Parsed::Undecodable {
+            ht: HybridTime(h.ht.get()),
+            len: RECORD_HEADER_LEN + len,
+            reason,
+        },
     }
 }
 

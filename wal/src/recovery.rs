@@ -128,6 +128,12 @@ pub(crate) fn scan_area(
                     last_ht.unwrap_or_default()
                 ))
             }
+            Parsed::Undecodable { ht, .. } if last_ht.is_some_and(|l| ht <= l) => {
+                Parsed::Invalid(format!(
+                    "record ht {ht} is not greater than the previous ht {}",
+                    last_ht.unwrap_or_default()
+                ))
+            }
             p => p,
         };
         match parsed {
@@ -137,6 +143,21 @@ pub(crate) fn scan_area(
                 scan.first_ht.get_or_insert(record.ht);
                 last_ht = Some(record.ht);
                 scan.last_ht = Some(record.ht);
+                off += len;
+            }
+            Parsed::Undecodable { ht, len, reason } => {
+                // Framed and summed as written: kept (a reader refuses it, naming it).
+                tracing::warn!(
+                    tablet = %tablet,
+                    file = %path.display(),
+                    offset = SEGMENT_HEADER_LEN + off,
+                    %pos,
+                    "a whole record whose body does not decode is kept: {reason}"
+                );
+                scan.records += 1;
+                scan.first_ht.get_or_insert(ht);
+                last_ht = Some(ht);
+                scan.last_ht = Some(ht);
                 off += len;
             }
             Parsed::End => {
@@ -217,7 +238,11 @@ fn find_valid_after(data: &[u8], first: WalPos, from: usize) -> Option<usize> {
     (from..=data.len() - RECORD_HEADER_LEN).find(|&q| {
         // Cheap filter: the header's position field (bytes 24..32) must name this offset.
         let p = u64::from_le_bytes(data[q + 24..q + 32].try_into().unwrap_or([0; 8]));
-        p == first.0 + q as u64 && matches!(parse_record(&data[q..], p), Parsed::Record { .. })
+        p == first.0 + q as u64
+            && matches!(
+                parse_record(&data[q..], p),
+                Parsed::Record { .. } | Parsed::Undecodable { .. }
+            )
     })
 }
 

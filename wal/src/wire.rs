@@ -178,9 +178,9 @@ impl Default for QuicTuning {
 /// Default [`QuicTuning::packet_threshold`]: far beyond any reordering by jitter, so that
 /// loss is detected by time ([`DEFAULT_TIME_THRESHOLD`]).
 pub const DEFAULT_PACKET_THRESHOLD: u32 = 1 << 20;
-/// Default [`QuicTuning::time_threshold`]: a packet delayed by jitter of up to a quarter of
-/// the round trip either way is not taken as lost.
-pub const DEFAULT_TIME_THRESHOLD: f32 = 1.5;
+/// Default [`QuicTuning::time_threshold`]: a packet that arrives up to a whole round trip
+/// later than those sent after it (reordered or jittered) is not taken as lost.
+pub const DEFAULT_TIME_THRESHOLD: f32 = 2.0;
 
 /// The receive buffer a UDP socket was asked for and the one it got (both in bytes of
 /// data, as `SO_RCVBUF` is set; the kernel reports twice that, counting its overhead).
@@ -959,8 +959,75 @@ pub fn whole_records_prefix(bytes: &[u8], max: usize) -> (usize, u32, Option<Hyb
     (off, n, ht)
 }
 
+/// Why TLS refused a peer's certificate, read from the error text rustls gives (which QUIC
+/// carries as a connection's close reason): what an operator is told instead of
+/// "invalid peer certificate: BadSignature".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertRefusal {
+    /// Not signed by the CA configured on the refusing end (`BadSignature`, `UnknownIssuer`).
+    OtherCa,
+    /// Valid, but for other names than the one asked for (`NotValidForName…`).
+    WrongName,
+    /// Expired, or not valid yet.
+    OutOfDate,
+    /// Refused for another reason (the text says which).
+    Other,
+}
+
+impl CertRefusal {
+    /// The refusal `text` describes, if it is one.
+    pub fn of(text: &str) -> Option<CertRefusal> {
+        let cert = text.contains("invalid peer certificate")
+            || text.contains("peer sent no certificates")
+            || text.contains("BadCertificate")
+            || text.contains("UnknownCA")
+            || text.contains("unknown ca")
+            || text.contains("bad certificate")
+            || text.contains("CertificateRequired");
+        if !cert {
+            return None;
+        }
+        Some(
+            if ["BadSignature", "UnknownIssuer", "UnknownCA", "unknown ca"]
+                .iter()
+                .any(|w| text.contains(w))
+            {
+                CertRefusal::OtherCa
+            } else if text.contains("NotValidForName") {
+                CertRefusal::WrongName
+            } else if text.contains("Expired") || text.contains("NotValidYet") {
+                CertRefusal::OutOfDate
+            } else {
+                CertRefusal::Other
+            },
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn cert_refusals_are_read_from_rustls_texts() {
+        let r = |t: &str| CertRefusal::of(t);
+        assert_eq!(
+            r("aborted by peer: the cryptographic handshake failed: error 42: invalid peer certificate: BadSignature"),
+            Some(CertRefusal::OtherCa)
+        );
+        assert_eq!(
+            r("invalid peer certificate: UnknownIssuer"),
+            Some(CertRefusal::OtherCa)
+        );
+        assert_eq!(
+            r("invalid peer certificate: NotValidForNameContext { expected: .. }"),
+            Some(CertRefusal::WrongName)
+        );
+        assert_eq!(
+            r("invalid peer certificate: Expired"),
+            Some(CertRefusal::OutOfDate)
+        );
+        assert_eq!(r("timed out"), None);
+    }
     use super::*;
     use crate::record::{Body, Op, Record};
 

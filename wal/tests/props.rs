@@ -9,6 +9,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::fuzzkit::body;
 use common::*;
 use proptest::prelude::*;
 use tidelog_wal::format::{MAX_BODY_LEN, MAX_KEY_LEN, MAX_PARTICIPANTS, MAX_VALUE_LEN};
@@ -26,71 +27,6 @@ fn opts(segment_size: u64) -> WalOptions {
 }
 
 // ---- strategies ----
-
-fn key() -> impl Strategy<Value = Vec<u8>> {
-    prop_oneof![
-        1 => Just(Vec::new()),
-        6 => prop::collection::vec(any::<u8>(), 0..48),
-        1 => prop::collection::vec(Just(0u8), 1..8),
-    ]
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    (
-        key(),
-        prop_oneof![
-            1 => Just(None),
-            1 => Just(Some(Vec::new())),
-            4 => prop::collection::vec(any::<u8>(), 0..300).prop_map(Some),
-        ],
-    )
-        .prop_map(|(key, value)| Op { key, value })
-}
-
-fn ops() -> impl Strategy<Value = Vec<Op>> {
-    prop::collection::vec(op(), 0..6)
-}
-
-fn trx() -> impl Strategy<Value = Option<TrxId>> {
-    prop::option::of((any::<u64>(), 1..=u64::MAX).prop_map(|(c, n)| TrxId::new(c, n)))
-}
-
-fn gtid() -> impl Strategy<Value = Option<Gtid>> {
-    prop::option::of(
-        (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(d, s, q)| Gtid::new(d, s, q)),
-    )
-}
-
-fn txn() -> impl Strategy<Value = TxnId> {
-    any::<u128>().prop_map(TxnId::from_u128)
-}
-
-fn tablet_id() -> impl Strategy<Value = TabletId> {
-    "[A-Za-z0-9_.-]{1,64}"
-        .prop_filter("not . or ..", |s| s != "." && s != "..")
-        .prop_map(|s| s.parse().unwrap())
-}
-
-fn body() -> impl Strategy<Value = Body> {
-    prop_oneof![
-        (ops(), trx(), gtid()).prop_map(|(ops, trx_id, gtid)| Body::Write { ops, trx_id, gtid }),
-        (txn(), trx(), ops()).prop_map(|(txn, trx_id, ops)| Body::Intent { txn, trx_id, ops }),
-        (
-            txn(),
-            prop::collection::vec(tablet_id(), 1..6),
-            trx(),
-            gtid()
-        )
-            .prop_map(|(txn, participants, trx_id, gtid)| Body::Commit {
-                txn,
-                participants,
-                trx_id,
-                gtid
-            }),
-        (txn(), trx()).prop_map(|(txn, trx_id)| Body::Abort { txn, trx_id }),
-        Just(Body::Heartbeat),
-    ]
-}
 
 fn sync_policy() -> impl Strategy<Value = SyncPolicy> {
     prop_oneof![

@@ -35,7 +35,7 @@ use tidelog_wal::{HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
 use super::{
     ApplyOutcome, Cutover, CutoverReport, Durability, IntentRef, OpenStore, Part, Rebuilt,
-    RetentionFloor, Role, TabletMeta, TxnState, Version, DEFAULT_CACHE_SIZE, WORKER_THREAD,
+    RetentionFloor, Role, TabletMeta, TxnState, Version, StoreMemory, StoreOptions, WORKER_THREAD,
 };
 use crate::binlog::{Binlog, TrxOpen};
 use crate::disk::{self, Backoff, DiskFull};
@@ -74,7 +74,7 @@ struct Shared {
     data_dir: PathBuf,
     /// `data_dir/store`: where the database lives (named in faults).
     path: PathBuf,
-    cache_size: u64,
+    opts: StoreOptions,
     cur: RwLock<Option<Arc<OpenStore>>>,
     /// Bumped by each reopen.
     generation: AtomicU64,
@@ -115,20 +115,20 @@ impl std::ops::Deref for BinlogRef {
 
 impl Store {
     /// Opens (creating if needed) the store under `data_dir/store/` with the default
-    /// block cache ([`DEFAULT_CACHE_SIZE`]).
+    /// memory settings ([`StoreOptions::default`]).
     pub fn open(data_dir: &Path) -> Result<Store> {
-        Store::open_with(data_dir, DEFAULT_CACHE_SIZE)
+        Store::open_with(data_dir, &StoreOptions::default())
     }
 
-    /// Opens (creating if needed) the store with a block cache of `cache_size` bytes, shared
-    /// by every keyspace.
-    pub fn open_with(data_dir: &Path, cache_size: u64) -> Result<Store> {
-        let s = OpenStore::open_with(data_dir, cache_size)?;
+    /// Opens (creating if needed) the store with the given block cache (shared by every
+    /// keyspace) and memtable bound.
+    pub fn open_with(data_dir: &Path, opts: &StoreOptions) -> Result<Store> {
+        let s = OpenStore::open_with(data_dir, opts)?;
         Ok(Store {
             sh: Arc::new(Shared {
                 data_dir: data_dir.to_path_buf(),
                 path: data_dir.join("store"),
-                cache_size,
+                opts: *opts,
                 cur: RwLock::new(Some(Arc::new(s))),
                 generation: AtomicU64::new(0),
                 fault: Mutex::new(None),
@@ -209,6 +209,12 @@ impl Store {
     /// the database. Returns the entries read.
     pub fn warm_lookup_cache(&self) -> Result<u64> {
         self.run(|s| s.warm_lookup_cache(&self.sh.closing))
+    }
+
+    /// What the store holds in memory (`STORE.md`, "Memory"); the default while it is
+    /// being reopened.
+    pub fn memory(&self) -> StoreMemory {
+        self.current().map(|s| s.memory()).unwrap_or_default()
     }
 
     /// Whether fjall has no flush or compaction running or queued.
@@ -559,7 +565,7 @@ impl Shared {
             drop(old);
         }
         self.closing.store(false, Ordering::SeqCst);
-        let s = OpenStore::open_with(&self.data_dir, self.cache_size)?;
+        let s = OpenStore::open_with(&self.data_dir, &self.opts)?;
         s.set_prune_floor(HybridTime(self.prune_floor.load(Ordering::Acquire)));
         *self.cur.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(s));
         *lock(&self.fault) = None;
@@ -636,9 +642,16 @@ fn reopen_loop(sh: &Arc<Shared>) {
                 last_reopen = Some(Instant::now());
             }
             Err(e) => {
-                let now = format!("reopening failed: {e}");
+                // Logged once per kind of failure (a full disk's message counts the bytes
+                // free, which change from one try to the next).
+                let now = match e.disk_full() {
+                    Some(d) => {
+                        format!("reopening failed: the disk is full at {}", d.path.display())
+                    }
+                    None => format!("reopening failed: {e}"),
+                };
                 if now != said {
-                    tracing::warn!(store = %sh.path.display(), "store: {now}; retrying with backoff");
+                    tracing::warn!(store = %sh.path.display(), "store: reopening failed: {e}; retrying with backoff");
                     said = now;
                 }
                 if let Some(d) = e.disk_full() {

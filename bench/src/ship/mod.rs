@@ -65,9 +65,10 @@ pub struct ShipArgs {
     /// Whole on-disk record size (32-byte header included; minimum 52).
     #[arg(long, default_value_t = 1024)]
     record_size: usize,
-    /// Lane counts to run, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    lanes: Vec<usize>,
+    /// Lane counts to run, comma-separated. Default `1,2`; with `--impair`, the shipper's
+    /// default (`lanes = 0`: the number of cores).
+    #[arg(long, value_delimiter = ',')]
+    lanes: Option<Vec<usize>>,
     /// The applier intake's sync policy for received logs.
     #[arg(long, value_enum, default_value = "batch")]
     sync: Sync,
@@ -336,11 +337,24 @@ fn tablet_id(i: usize) -> Result<TabletId> {
         .map_err(|e| anyhow::anyhow!("tablet id: {e:?}"))
 }
 
+impl ShipArgs {
+    /// `--lanes`, or its default.
+    fn lane_counts(&self) -> Vec<usize> {
+        match (&self.lanes, &self.impair) {
+            (Some(l), _) => l.clone(),
+            (None, None) => vec![1, 2],
+            (None, Some(_)) => vec![tidelog::config::ShipperConfig::default().effective_lanes()],
+        }
+    }
+}
+
 pub fn run(args: &ShipArgs) -> Result<()> {
-    if args.tablets == 0 || args.lanes.is_empty() || args.lanes.contains(&0) || args.rounds == 0 {
+    let lane_counts = args.lane_counts();
+    if args.tablets == 0 || lane_counts.is_empty() || lane_counts.contains(&0) || args.rounds == 0 {
         bail!("--tablets, --rounds and every --lanes value must be positive");
     }
-    if args.rounds > 1 && (args.no_baselines || !args.lanes.contains(&1)) {
+    if args.impair.is_none() && args.rounds > 1 && (args.no_baselines || !lane_counts.contains(&1))
+    {
         bail!("--rounds {} compares lanes=1 with raw quinn: it needs 1 in --lanes and the baselines (no --no-baselines)", args.rounds);
     }
     let base = match &args.dir {
@@ -406,7 +420,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         }
     }
     let mut runs = Vec::new();
-    for (i, &lanes) in args.lanes.iter().enumerate() {
+    for (i, &lanes) in lane_counts.iter().enumerate() {
         let data = root.path().join(format!("applier-{i}"));
         let r = ship_run(args, lanes, &wal_dir, &data, &certs, &source, None)?;
         print_run(&r);
@@ -1027,7 +1041,7 @@ fn impaired(
         args.seed
     );
     let mut pairs: Vec<ImpairedPair> = Vec::new();
-    for &lanes in &args.lanes {
+    for &lanes in &args.lane_counts() {
         for round in 0..args.rounds {
             let run = |link: Option<&Impairment>| -> Result<ShipRun> {
                 let data = root.join(format!(
@@ -1088,7 +1102,7 @@ fn impaired(
     }
     println!("(MB/s durably received, applied in brackets; ratio = impaired ÷ straight received)");
     let mut missed = Vec::new();
-    for &lanes in &args.lanes {
+    for &lanes in &args.lane_counts() {
         let ratios: Vec<f64> = pairs
             .iter()
             .filter(|p| p.lanes == lanes)

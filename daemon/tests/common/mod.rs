@@ -14,6 +14,32 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod prom;
+
+/// Set (by `.ci/run`) to make the checks by external tools (promtool, systemd-analyze)
+/// mandatory; without it a test whose tool is missing skips that check with a note.
+pub const REQUIRE_TOOLS: &str = "TIDELOG_REQUIRE_TEST_TOOLS";
+
+/// `name` found on PATH, for the `check` it does. Missing: a printed note and `None`, or a
+/// panic when [`REQUIRE_TOOLS`] is set.
+pub fn tool(name: &str, check: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var_os(REQUIRE_TOOLS).is_none(),
+            "{name} is missing and {REQUIRE_TOOLS} is set: `bash .ci/run` installs it"
+        );
+        eprintln!(
+            "note: {name} is not on PATH: {check} skipped (`bash .ci/run` installs it and runs it)"
+        );
+    }
+    found
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tidelog")
 }
@@ -182,6 +208,13 @@ impl Daemon {
         }
     }
 
+    /// Whether the process still runs (has not exited).
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
@@ -338,24 +371,81 @@ pub fn write_record_range(
     range: std::ops::Range<usize>,
     value: impl Fn(usize) -> Vec<u8>,
 ) {
-    use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
+    use tidelog_wal::{SyncPolicy, TabletId, WalOptions, Writer};
     let t: TabletId = tablet.parse().unwrap();
     let mut w = Writer::open(wal, &t, WalOptions::default()).unwrap();
     for i in range {
-        let now = HybridTime::from_system_time(std::time::SystemTime::now());
-        let ht = match w.last_ht() {
-            Some(last) if last >= now => last.next(),
-            _ => now,
-        };
-        w.append(&Record::new(
-            ht,
-            Body::Write {
-                ops: vec![Op::put(format!("{tablet}/k{i}"), value(i))],
-                trx_id: None,
-                gtid: None,
-            },
-        ))
-        .unwrap();
+        append_write(&mut w, format!("{tablet}/k{i}"), value(i));
     }
     w.commit(SyncPolicy::Always).unwrap();
+}
+
+/// Appends one `write` record (`key` = `value`) to `w` at the wall clock's hybrid time, or
+/// just after the last record if that is ahead.
+pub fn append_write(w: &mut tidelog_wal::Writer, key: String, value: Vec<u8>) {
+    use tidelog_wal::{Body, HybridTime, Op, Record};
+    let now = HybridTime::from_system_time(std::time::SystemTime::now());
+    let ht = match w.last_ht() {
+        Some(last) if last >= now => last.next(),
+        _ => now,
+    };
+    w.append(&Record::new(
+        ht,
+        Body::Write {
+            ops: vec![Op::put(key, value)],
+            trx_id: None,
+            gtid: None,
+        },
+    ))
+    .unwrap();
+}
+
+/// A pseudo-terminal: the master end (to type into and read from) and the slave end (for
+/// the child's stdin or stdout).
+pub fn pty() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let (mut m, mut s) = (0, 0);
+    // SAFETY: openpty(3) writes two descriptors into the integers given; the other
+    // arguments may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut m,
+            &mut s,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(m),
+            std::os::fd::OwnedFd::from_raw_fd(s),
+        )
+    }
+}
+
+/// Everything a finished child printed, stdout then stderr.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What was written to the terminal `master` until its other side closed (reading a
+/// pseudo-terminal whose slave side is closed fails with EIO: the end).
+pub fn read_pty(mut master: std::fs::File) -> String {
+    use std::io::Read;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
 }

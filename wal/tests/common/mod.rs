@@ -2,6 +2,8 @@
 //! multi-segment log image and its byte layout, and bounded reading.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod fuzzkit;
+
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
