@@ -68,8 +68,8 @@ use serde::Serialize;
 use serde_json::Value;
 use tidelog::demo::Daemon;
 use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
-use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog::memory::ApplierBound;
+use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog_wal::SyncPolicy;
 
 use crate::http1::Http1;

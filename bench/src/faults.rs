@@ -79,7 +79,10 @@ pub fn run(args: &FaultsArgs) -> Result<()> {
         o.impairment,
         dir.display()
     );
-    for (i, f) in fault_run::schedule::plan(seed, o.duration).iter().enumerate() {
+    for (i, f) in fault_run::schedule::plan(seed, o.duration)
+        .iter()
+        .enumerate()
+    {
         println!(
             "  plan {:>2}: {:<13} at {:>6.1}s for {:.1}s",
             i + 1,

@@ -153,7 +153,11 @@ mod tests {
         cfg.write_buffer_size += 2 << 20;
         cfg.quic.stream_receive_window += 1 << 20;
         let b2 = super::ApplierBound::of(&cfg, 9);
-        assert_eq!(b2.total() - b.total(), (1 + 5 + 8 + 16 + 16 + 1) << 20, "{b2:?}");
+        assert_eq!(
+            b2.total() - b.total(),
+            (1 + 5 + 8 + 16 + 16 + 1) << 20,
+            "{b2:?}"
+        );
     }
 
     #[test]

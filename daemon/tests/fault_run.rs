@@ -39,9 +39,13 @@ fn a_short_seeded_fault_run_recovers_from_each_fault_with_nothing_lost() {
         ["applier.log", "shipper.log"]
             .iter()
             .map(|f| {
-                let text = std::fs::read_to_string(tmp.path().join("run").join(f)).unwrap_or_default();
+                let text =
+                    std::fs::read_to_string(tmp.path().join("run").join(f)).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(20).collect();
-                format!("--- {f} (last lines)\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"))
+                format!(
+                    "--- {f} (last lines)\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
             })
             .collect::<Vec<_>>()
             .join("\n")

@@ -35,7 +35,7 @@ use tidelog_wal::{HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
 use super::{
     ApplyOutcome, Cutover, CutoverReport, Durability, IntentRef, OpenStore, Part, Rebuilt,
-    RetentionFloor, Role, TabletMeta, TxnState, Version, StoreMemory, StoreOptions, WORKER_THREAD,
+    RetentionFloor, Role, StoreMemory, StoreOptions, TabletMeta, TxnState, Version, WORKER_THREAD,
 };
 use crate::binlog::{Binlog, TrxOpen};
 use crate::disk::{self, Backoff, DiskFull};

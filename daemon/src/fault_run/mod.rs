@@ -409,7 +409,11 @@ impl Cluster {
     }
 
     /// Waits until `until`, keeping the daemons running (and `each` called every 100 ms).
-    fn idle_until(&mut self, until: Instant, mut each: impl FnMut(&mut Cluster) -> Result<()>) -> Result<()> {
+    fn idle_until(
+        &mut self,
+        until: Instant,
+        mut each: impl FnMut(&mut Cluster) -> Result<()>,
+    ) -> Result<()> {
         loop {
             self.supervise()?;
             each(self)?;
@@ -498,7 +502,10 @@ impl Cluster {
             secs(out.length),
             match out.recovered_in {
                 Some(d) => format!("safe time past its end {} later", secs(d)),
-                None => format!("safe time NOT past its end within {}", secs(self.o.recover_within)),
+                None => format!(
+                    "safe time NOT past its end within {}",
+                    secs(self.o.recover_within)
+                ),
             }
         ));
         Ok(out)
@@ -562,7 +569,10 @@ impl Cluster {
         out.note = format!(
             "{}; {}; pid {} {}",
             reported.as_ref().map_or_else(
-                || format!("disk_full NOT reported within {}", secs(self.o.disk_full_within)),
+                || format!(
+                    "disk_full NOT reported within {}",
+                    secs(self.o.disk_full_within)
+                ),
                 |(after, what)| format!("disk_full after {} ({})", secs(*after), short(what, 90))
             ),
             left.map_or_else(
@@ -570,7 +580,11 @@ impl Cluster {
                 |d| format!("left it {} after space returned", secs(d))
             ),
             pid,
-            if same { "unchanged" } else { "CHANGED (restarted)" }
+            if same {
+                "unchanged"
+            } else {
+                "CHANGED (restarted)"
+            }
         );
         Ok(returned)
     }
@@ -593,7 +607,14 @@ fn short(s: &str, n: usize) -> String {
 }
 
 fn spawn(o: &FaultRunOptions, what: &'static str, cfg: &Path) -> Result<Daemon> {
-    let log = o.dir.join(format!("{}.log", if what == "apply" { "applier" } else { "shipper" }));
+    let log = o.dir.join(format!(
+        "{}.log",
+        if what == "apply" {
+            "applier"
+        } else {
+            "shipper"
+        }
+    ));
     Daemon::spawn(&o.exe, what, cfg, &log, &o.rust_log)
 }
 
@@ -617,7 +638,10 @@ pub fn run(o: &FaultRunOptions) -> Result<FaultReport> {
         println!("NOTE: the disk_full faults are skipped: {n}");
     }
     c.applier.wait_until(
-        &format!("the applier answering on {}", c.files.applier_sock.display()),
+        &format!(
+            "the applier answering on {}",
+            c.files.applier_sock.display()
+        ),
         Duration::from_secs(60),
         || Ok(c.api.get("/v1/status").is_ok()),
     )?;
@@ -643,7 +667,9 @@ pub fn run(o: &FaultRunOptions) -> Result<FaultReport> {
                 }
             }
             if Instant::now() >= deadline {
-                bail!("the applier's safe time was not initialized within 60 s of the first records");
+                bail!(
+                    "the applier's safe time was not initialized within 60 s of the first records"
+                );
             }
         }
         let _ = ready_tx.send(());
@@ -734,7 +760,9 @@ fn verify_run(
     caught_up: bool,
 ) -> Result<FaultReport> {
     let src = verify::replay(&c.files.wal)?;
-    let status = c.status().context("no status from the applier after the run")?;
+    let status = c
+        .status()
+        .context("no status from the applier after the run")?;
     let target = verify::target_state(&c.api)?;
     let binlog = verify::target_binlog(&c.api)?;
     let state = verify::diff_state(&src.state, &target);

@@ -112,7 +112,8 @@ pub fn plan(seed: u64, duration: Duration) -> Vec<PlannedFault> {
             let length = rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64);
             PlannedFault {
                 kind,
-                at: LEAD_IN + slot * u32::try_from(i).unwrap_or(u32::MAX)
+                at: LEAD_IN
+                    + slot * u32::try_from(i).unwrap_or(u32::MAX)
                     + Duration::from_millis(jitter),
                 length: Duration::from_millis(length),
             }

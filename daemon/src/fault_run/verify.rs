@@ -324,7 +324,10 @@ mod tests {
             vec![commit(1, 1), commit(2, 2)],
             vec![commit(2, 2), commit(3, 3)],
         );
-        assert_eq!(diff_commits(&s, &t), (vec![commit(1, 1)], vec![commit(3, 3)]));
+        assert_eq!(
+            diff_commits(&s, &t),
+            (vec![commit(1, 1)], vec![commit(3, 3)])
+        );
         assert_eq!(diff_commits(&s, &s), (vec![], vec![]));
     }
 }

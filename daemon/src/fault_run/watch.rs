@@ -267,7 +267,11 @@ mod tests {
         r.check(200, &answer(9, &[1000, 1000]), 2, 2000);
         r.check(500, &json!({"error": "internal"}), 2, 2000);
         assert_eq!(r.failure_count, 4, "{:?}", r.failures);
-        assert!(r.failures[2].contains("read_ht went back"), "{:?}", r.failures);
+        assert!(
+            r.failures[2].contains("read_ht went back"),
+            "{:?}",
+            r.failures
+        );
     }
 
     #[test]
