@@ -62,7 +62,7 @@ pub struct IntakeOptions {
     pub sync: SyncPolicy,
     pub segment_size: u64,
     pub applier_id: String,
-    pub quic: wire::QuicTuning,
+    pub quic: tidelog_net::QuicTuning,
     /// Frames queued per tablet between the stream and its writer thread.
     pub queue_frames: usize,
     /// Write the received logs with `O_DIRECT` (`WalOptions::direct_io`). Where the file
@@ -89,7 +89,7 @@ impl IntakeOptions {
             sync: SyncPolicy::Batch,
             segment_size: 64 << 20,
             applier_id: "tidelog-applier".into(),
-            quic: wire::QuicTuning::default(),
+            quic: tidelog_net::QuicTuning::default(),
             queue_frames: 64,
             direct_io: false,
             direct_io_in_catch_up: false,
@@ -530,15 +530,15 @@ impl std::fmt::Debug for Hook {
 }
 
 /// A QUIC server endpoint on `listen`, its UDP socket's receive buffer sized to `rcvbuf`
-/// bytes (`quic.udp-receive-buffer`, [`tidelog_wal::wire::bind_udp`]). Must run inside a
+/// bytes (`quic.udp-receive-buffer`, [`tidelog_net::bind_udp`]). Must run inside a
 /// tokio runtime.
 pub fn server_endpoint(
     listen: SocketAddr,
     ec: quinn::EndpointConfig,
     sc: quinn::ServerConfig,
     rcvbuf: u64,
-) -> std::io::Result<(quinn::Endpoint, tidelog_wal::wire::UdpReceiveBuffer)> {
-    let (socket, got) = tidelog_wal::wire::bind_udp(listen, rcvbuf)?;
+) -> std::io::Result<(quinn::Endpoint, tidelog_net::UdpReceiveBuffer)> {
+    let (socket, got) = tidelog_net::bind_udp(listen, rcvbuf)?;
     let runtime = quinn::default_runtime()
         .ok_or_else(|| std::io::Error::other("no async runtime for the QUIC endpoint"))?;
     Ok((quinn::Endpoint::new(ec, Some(sc), socket, runtime)?, got))
@@ -549,7 +549,7 @@ pub fn server_endpoint(
 pub struct Intake {
     shared: Arc<Shared>,
     endpoint: quinn::Endpoint,
-    rcvbuf: tidelog_wal::wire::UdpReceiveBuffer,
+    rcvbuf: tidelog_net::UdpReceiveBuffer,
 }
 
 impl Intake {
@@ -618,7 +618,7 @@ impl Intake {
     }
 
     /// The UDP socket's receive buffer: configured and granted (`quic.udp-receive-buffer`).
-    pub fn udp_receive_buffer(&self) -> tidelog_wal::wire::UdpReceiveBuffer {
+    pub fn udp_receive_buffer(&self) -> tidelog_net::UdpReceiveBuffer {
         self.rcvbuf
     }
 
@@ -742,8 +742,8 @@ impl Intake {
                             .ca_file
                             .as_ref()
                             .map_or("the configured CA".to_string(), |p| p.display().to_string());
-                        match tidelog_wal::wire::CertRefusal::of(&why) {
-                            Some(tidelog_wal::wire::CertRefusal::OtherCa) => tracing::warn!(
+                        match tidelog_net::CertRefusal::of(&why) {
+                            Some(tidelog_net::CertRefusal::OtherCa) => tracing::warn!(
                                 %remote,
                                 "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
                             ),
@@ -1488,8 +1488,8 @@ async fn serve_connection(
 /// Ends a connection that has received nothing for `limit` (a SIGKILLed shipper's, whose
 /// tablets would otherwise stay claimed and shown as streaming until the idle timeout).
 async fn watch_silence(conn: &quinn::Connection, limit: Duration) -> Result<()> {
-    let mut silence = wire::Silence::new(conn.stats().udp_rx.datagrams);
-    let mut look = tokio::time::interval(wire::Silence::look_every(limit));
+    let mut silence = tidelog_net::Silence::new(conn.stats().udp_rx.datagrams);
+    let mut look = tokio::time::interval(tidelog_net::Silence::look_every(limit));
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         look.tick().await;

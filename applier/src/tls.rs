@@ -6,7 +6,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use tidelog_wal::wire::{QuicTuning, ALPN};
+use tidelog_net::QuicTuning;
+use tidelog_wal::wire::ALPN;
 
 /// Certificates and key of one end, already parsed from PEM.
 #[derive(Debug)]

@@ -1,9 +1,13 @@
-//! tidelog-net: the QUIC transport settings both daemons use, built from one
-//! [`QuicTuning`] (the `[quic]` config table): flow-control windows, packet size,
-//! keep-alives and idle timeout, loss detection and the congestion controller.
+//! tidelog-net: the network set-up both daemons (and the test kit's impairment proxy)
+//! share: the QUIC transport settings built from one [`QuicTuning`] (the `[quic]` config
+//! table: flow-control windows, packet size, keep-alives and idle timeout, loss detection
+//! and the congestion controller), the UDP socket of an endpoint with its kernel receive
+//! buffer sized ([`bind_udp`], socket2), a connection's [`Silence`], and what a TLS
+//! refusal of a certificate means ([`CertRefusal`]).
 //!
-//! It opens no socket and runs nothing; the shipper's and the applier's endpoint set-up
-//! call [`transport`] and add what is theirs (the applier's stream limits).
+//! It runs nothing; the shipper's and the applier's endpoint set-up call [`bind_udp`] and
+//! [`transport`] and add what is theirs (the applier's stream limits). The protocol spoken
+//! over the connections is `tidelog-proto`'s.
 //!
 //! # Loss detection and congestion control on a WAN
 //!
@@ -26,7 +30,16 @@
 use std::sync::Arc;
 
 use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
-use tidelog_wal::wire::{Congestion, QuicTuning};
+
+mod cert;
+mod silence;
+mod tuning;
+mod udp;
+
+pub use cert::CertRefusal;
+pub use silence::Silence;
+pub use tuning::{Congestion, QuicTuning, DEFAULT_PACKET_THRESHOLD, DEFAULT_TIME_THRESHOLD};
+pub use udp::{bind_udp, UdpReceiveBuffer};
 
 /// A setting quinn cannot take; names the `[quic]` key.
 #[derive(Debug, thiserror::Error)]

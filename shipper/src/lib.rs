@@ -59,7 +59,7 @@ pub struct ShipperOptions {
     pub reconnect_max: Duration,
     /// Ship up to `written_pos` instead of `durable_pos`.
     pub ship_unsynced: bool,
-    pub quic: wire::QuicTuning,
+    pub quic: tidelog_net::QuicTuning,
     /// How often `wal_dir` is scanned for new tablets anyway (inotify finds them at once
     /// where it is available).
     pub rescan_interval: Duration,
@@ -86,7 +86,7 @@ impl ShipperOptions {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
             ship_unsynced: false,
-            quic: wire::QuicTuning::default(),
+            quic: tidelog_net::QuicTuning::default(),
             rescan_interval: Duration::from_secs(1),
             acked_interval: Duration::from_millis(500),
             ca_file: None,
@@ -763,10 +763,10 @@ fn run_lane(shared: Arc<Shared>, lane: u32, rx: mpsc::UnboundedReceiver<LaneCmd>
 }
 
 /// A QUIC client endpoint bound to `bind`, its UDP socket's receive buffer sized to `rcvbuf`
-/// bytes (`quic.udp-receive-buffer`, [`wire::bind_udp`]). Must run inside a tokio runtime.
+/// bytes (`quic.udp-receive-buffer`, [`tidelog_net::bind_udp`]). Must run inside a tokio runtime.
 pub fn client_endpoint(bind: SocketAddr, rcvbuf: u64) -> Result<quinn::Endpoint> {
     let (socket, _) =
-        wire::bind_udp(bind, rcvbuf).with_context(|| format!("binding udp {bind}"))?;
+        tidelog_net::bind_udp(bind, rcvbuf).with_context(|| format!("binding udp {bind}"))?;
     let runtime = quinn::default_runtime().context("no async runtime for the QUIC endpoint")?;
     Ok(quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
@@ -833,7 +833,7 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
                 // With TLS 1.3 the applier checks this shipper's certificate after the
                 // handshake looked done here: its refusal ends a "connection" that never was.
                 let text = format!("{e:#}");
-                let e = match tidelog_wal::wire::CertRefusal::of(&text) {
+                let e = match tidelog_net::CertRefusal::of(&text) {
                     Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
                         anyhow::Error::new(NotConnected::new(&shared.opts, &text))
                     }
@@ -930,7 +930,7 @@ struct NotConnected(String);
 
 impl NotConnected {
     fn new(opts: &ShipperOptions, why: &str) -> NotConnected {
-        use tidelog_wal::wire::CertRefusal;
+        use tidelog_net::CertRefusal;
         let ca = opts
             .ca_file
             .as_ref()
@@ -1027,10 +1027,10 @@ async fn connection(
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
     shared.lane_settled(lane);
-    let mut heard = wire::Silence::new(conn.stats().udp_rx.datagrams);
+    let mut heard = tidelog_net::Silence::new(conn.stats().udp_rx.datagrams);
     // One timer for both periodic looks (a second one re-made in the select below would
     // never fire: this one always ends the select first).
-    let mut look = tokio::time::interval(wire::Silence::look_every(limit));
+    let mut look = tokio::time::interval(tidelog_net::Silence::look_every(limit));
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if !announce.is_empty() {

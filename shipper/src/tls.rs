@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tidelog_wal::wire::{QuicTuning, ALPN};
+use tidelog_net::QuicTuning;
+use tidelog_wal::wire::ALPN;
 
 /// Certificates and key of the shipper, already parsed from PEM.
 #[derive(Debug)]

@@ -538,8 +538,11 @@ fn hostile_frames_are_refused_with_nothing_written_and_the_intake_stays_healthy(
     ];
 
     rt.block_on(async {
-        let cc = tidelog_shipper::tls::client_config(&client_tls(&p), &wire::QuicTuning::default())
-            .unwrap();
+        let cc = tidelog_shipper::tls::client_config(
+            &client_tls(&p),
+            &tidelog_net::QuicTuning::default(),
+        )
+        .unwrap();
         let ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
         let conn = tokio::time::timeout(WAIT, ep.connect_with(cc, addr, "localhost").unwrap())
             .await
