@@ -43,8 +43,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use tidelog_proto::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::format::RECORD_HEADER_LEN;
-use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
 

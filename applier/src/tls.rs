@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use tidelog_net::QuicTuning;
-use tidelog_wal::wire::ALPN;
+use tidelog_proto::wire::ALPN;
 
 /// Certificates and key of one end, already parsed from PEM.
 #[derive(Debug)]

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rand::Rng;
+use tidelog_proto::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
 use tidelog_wal::control::ControlView;
-use tidelog_wal::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, TabletId, WalPos};
 use tokio::sync::{mpsc, Notify};
 

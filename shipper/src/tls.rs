@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tidelog_net::QuicTuning;
-use tidelog_wal::wire::ALPN;
+use tidelog_proto::wire::ALPN;
 
 /// Certificates and key of the shipper, already parsed from PEM.
 #[derive(Debug)]

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use common::*;
 use tidelog_applier::intake::{Intake, IntakeOptions, TabletState};
+use tidelog_proto::wire::{self, Message, MSG_HEADER_LEN};
 use tidelog_shipper::io::IoChoice;
 use tidelog_shipper::{Shipper, ShipperOptions};
-use tidelog_wal::wire::{self, Message, MSG_HEADER_LEN};
 use tidelog_wal::{HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -6,10 +6,12 @@
 //! its on-disk format (`wal/FORMAT.md`), the [`Writer`] with its sync policies, the
 //! [`Reader`] that another process may run while the writer writes, recovery of a torn tail,
 //! retention against the shipper's `acked` file, the source [`Session`] that hands out trx
-//! ids and gtids, and the JSON form of records used by `tidelog wal dump|append`.
+//! ids and gtids, the checks of a run of encoded records ([`verify`]), and the JSON form of
+//! records used by `tidelog wal dump|append`.
 //!
-//! It contains no networking code and starts no threads except the group-commit flusher of
-//! a writer opened with [`SyncPolicy::Batch`].
+//! It contains no networking code (the wire protocol is `tidelog-proto`'s, the sockets
+//! `tidelog-net`'s) and starts no threads except the group-commit flusher of a writer
+//! opened with [`SyncPolicy::Batch`].
 
 pub mod control;
 mod direct;
@@ -28,7 +30,7 @@ pub mod retention;
 mod segment;
 pub mod session;
 pub mod time;
-pub mod wire;
+pub mod verify;
 pub mod writer;
 
 pub use direct::supported as direct_io_supported;

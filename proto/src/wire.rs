@@ -2,7 +2,8 @@
 //! handshake"): message framing, the handshake, data frames of WAL bytes as they are on
 //! disk, and acks. I/O-free: encoders return bytes, decoders take bytes and return typed
 //! messages or a typed [`WireError`]; arbitrary input never panics them. The byte layouts
-//! are drawn in `wal/FORMAT.md`.
+//! are drawn in `wal/FORMAT.md`. The records a data frame carries are checked by the log's
+//! own walks ([`tidelog_wal::verify`]).
 //!
 //! Streams of one QUIC connection (ALPN [`ALPN`]):
 //!
@@ -17,16 +18,13 @@
 //!   applier → shipper   Ack { durable } ...    or    Error { code, message }
 //! ```
 
-use crate::hash::xxh3_64;
 use serde::{Deserialize, Serialize};
+use tidelog_wal::format::{RecordHeader, RECORD_HEADER_LEN};
+use tidelog_wal::hash::xxh3_64;
+use tidelog_wal::ids::{TabletId, MAX_TABLET_ID_LEN};
+use tidelog_wal::{HybridTime, WalPos};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
-
-use crate::format::{RecordHeader, RECORD_HEADER_LEN};
-use crate::ids::{TabletId, MAX_TABLET_ID_LEN};
-use crate::pos::WalPos;
-use crate::record::header_problem;
-use crate::time::HybridTime;
 
 /// The QUIC/TLS application protocol.
 pub const ALPN: &[u8] = b"tidelog/1";
@@ -228,12 +226,6 @@ pub enum WireError {
     Truncated { need: usize, have: usize },
     #[error("malformed {kind:?} body: {reason}")]
     BadBody { kind: MsgKind, reason: String },
-    #[error("bad record at position {pos} in a frame for tablet {tablet}: {reason}")]
-    BadRecord {
-        tablet: TabletId,
-        pos: WalPos,
-        reason: String,
-    },
     #[error("unexpected {got:?} message: {expected}")]
     Unexpected {
         got: MsgKind,
@@ -338,7 +330,8 @@ fn json<T: serde::de::DeserializeOwned>(kind: MsgKind, body: &[u8]) -> Result<T,
 }
 
 /// Decodes a message body (after [`decode_header`]); checks the body checksum. For `Data`
-/// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by [`verify_records`].
+/// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by
+/// [`tidelog_wal::verify::verify_records`].
 pub fn decode_body(kind: MsgKind, body: &[u8], checksum: u64) -> Result<Message, WireError> {
     let computed = match kind {
         MsgKind::Data | MsgKind::KeepAlive => {
@@ -502,7 +495,7 @@ fn data_head(
 /// then whatever follows them verbatim (nothing, in a well-formed frame).
 ///
 /// Each record's own checksum covers its bytes, and the receiver checks every record before
-/// it writes any of the frame ([`verify_records`]): hashing the payload a second time would
+/// it writes any of the frame ([`tidelog_wal::verify::verify_records`]): hashing the payload a second time would
 /// detect nothing more, and cost both ends a pass over every byte. Walking the headers of a
 /// payload that was just read costs a small part of that. Corrupt bytes in a record body
 /// pass this sum and fail the record's; corrupt headers or record sums fail this one.
@@ -515,7 +508,7 @@ pub fn data_checksum(data_header: &[u8], payload: &[u8]) -> u64 {
 /// (a receiver that walked them once the whole frame was in found many evicted by the other
 /// streams' data meanwhile).
 pub struct DataChecksum {
-    hasher: crate::hash::Xxh3,
+    hasher: tidelog_wal::hash::Xxh3,
     /// Record sums not yet handed to the hasher, 8 bytes each.
     sums: [u8; 2048],
     n: usize,
@@ -536,7 +529,7 @@ impl std::fmt::Debug for DataChecksum {
 
 impl DataChecksum {
     pub fn new(data_header: &[u8]) -> DataChecksum {
-        let mut hasher = crate::hash::Xxh3::new();
+        let mut hasher = tidelog_wal::hash::Xxh3::new();
         hasher.update(data_header);
         DataChecksum {
             hasher,
@@ -584,161 +577,11 @@ impl DataChecksum {
     }
 }
 
-/// What [`verify_records`] found in a payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordsSummary {
-    pub count: u32,
-    pub first_ht: Option<HybridTime>,
-    pub last_ht: Option<HybridTime>,
-}
-
-/// Checks that `payload` is whole, checksummed records at consecutive positions from
-/// `first`, with ht strictly increasing and above `after_ht`. Does not decode bodies.
-pub fn verify_records(
-    tablet: &TabletId,
-    payload: &[u8],
-    first: WalPos,
-    after_ht: Option<HybridTime>,
-) -> Result<RecordsSummary, WireError> {
-    let mut off = 0usize;
-    let mut sum = RecordsSummary {
-        count: 0,
-        first_ht: None,
-        last_ht: None,
-    };
-    while off < payload.len() {
-        let pos = first.add(off as u64);
-        let rest = &payload[off..];
-        let h = RecordHeader::read_from_prefix(rest)
-            .map_err(|_| WireError::BadRecord {
-                tablet: tablet.clone(),
-                pos,
-                reason: format!("{} bytes left, too short for a record header", rest.len()),
-            })?
-            .0;
-        let (total, ht) = check_record(tablet, &h, rest, pos, sum.last_ht.or(after_ht))?;
-        sum.first_ht.get_or_insert(ht);
-        sum.last_ht = Some(ht);
-        sum.count += 1;
-        off += total;
-    }
-    Ok(sum)
-}
-
-/// Checks the record with header `h` at the front of `rest` (at `pos`): header, kind,
-/// checksum, and ht above `last`. Returns its whole length and its ht.
-#[inline]
-fn check_record(
-    tablet: &TabletId,
-    h: &RecordHeader,
-    rest: &[u8],
-    pos: WalPos,
-    last: Option<HybridTime>,
-) -> Result<(usize, HybridTime), WireError> {
-    let err = |reason: String| WireError::BadRecord {
-        tablet: tablet.clone(),
-        pos,
-        reason,
-    };
-    // The kind is among the header's checks.
-    if let Some(reason) = header_problem(h, pos.0, rest.len()) {
-        return Err(err(reason));
-    }
-    let total = RECORD_HEADER_LEN + h.len.get() as usize;
-    if crate::format::record_checksum(&rest[..total]) != h.checksum.get() {
-        return Err(err("record checksum mismatch".into()));
-    }
-    let ht = HybridTime(h.ht.get());
-    if let Some(l) = last {
-        if ht <= l {
-            return Err(err(format!(
-                "record ht {ht} is not greater than the previous ht {l}"
-            )));
-        }
-    }
-    Ok((total, ht))
-}
-
-/// The whole, checked records at the front of a read: see [`take_records`].
-#[derive(Debug)]
-pub struct Taken {
-    /// Bytes of whole, good records at the front.
-    pub len: usize,
-    pub summary: RecordsSummary,
-    /// The damaged record right after them, if one stopped the walk.
-    pub bad: Option<WireError>,
-}
-
-/// [`whole_records_prefix`] and [`verify_records`] in one walk, for a sender that checks
-/// what it is about to send: takes the whole records at the front of `bytes` (records from
-/// `first`) up to `max` bytes, checking each as [`verify_records`] does, and stops at the
-/// first damaged one, which it reports in [`Taken::bad`]. One pass reads each record once,
-/// header and body together, so the next header is already on its way into the cache
-/// while a body is hashed; the two passes chased the headers through memory first.
-pub fn take_records(tablet: &TabletId, bytes: &[u8], first: WalPos, max: usize) -> Taken {
-    let mut off = 0usize;
-    let mut summary = RecordsSummary {
-        count: 0,
-        first_ht: None,
-        last_ht: None,
-    };
-    let mut bad = None;
-    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
-        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
-            break;
-        }
-        let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if off + total > bytes.len() || off + total > max {
-            break;
-        }
-        let pos = first.add(off as u64);
-        match check_record(tablet, &h, &bytes[off..off + total], pos, summary.last_ht) {
-            Ok((_, ht)) => {
-                summary.first_ht.get_or_insert(ht);
-                summary.last_ht = Some(ht);
-                summary.count += 1;
-                off += total;
-            }
-            Err(e) => {
-                bad = Some(e);
-                break;
-            }
-        }
-    }
-    Taken {
-        len: off,
-        summary,
-        bad,
-    }
-}
-
-/// Splits `bytes` (records from `first`) at the last record boundary at or below `max`
-/// bytes, reading only headers. Returns the length of the whole-record prefix and the
-/// count and last ht of its records; `0` if the first record alone exceeds `max` (the
-/// caller then sends that one record alone) or `bytes` holds no whole record.
-pub fn whole_records_prefix(bytes: &[u8], max: usize) -> (usize, u32, Option<HybridTime>) {
-    let mut off = 0usize;
-    let mut n = 0u32;
-    let mut ht = None;
-    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
-        let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
-            break;
-        }
-        if off + total > bytes.len() || off + total > max {
-            break;
-        }
-        off += total;
-        n += 1;
-        ht = Some(HybridTime(h.ht.get()));
-    }
-    (off, n, ht)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Body, Op, Record};
+    use tidelog_wal::verify::verify_records;
+    use tidelog_wal::{Body, Op, Record};
 
     fn t(s: &str) -> TabletId {
         s.parse().unwrap()
@@ -910,20 +753,6 @@ mod tests {
         assert_eq!(data_checksum(&dh, &m), base);
     }
 
-    #[test]
-    fn prefix_split_stops_at_a_record_boundary() {
-        let payload = records(WalPos(0), 10);
-        let (n, c, _) = whole_records_prefix(&payload, payload.len());
-        assert_eq!((n, c), (payload.len(), 10));
-        let (n, c, _) = whole_records_prefix(&payload, payload.len() - 1);
-        assert_eq!(c, 9);
-        assert!(verify_records(&t("a"), &payload[..n], WalPos(0), None).is_ok());
-        assert_eq!(whole_records_prefix(&payload, 10).0, 0);
-        let mut zeros = payload.clone();
-        zeros.extend([0u8; 64]);
-        assert_eq!(whole_records_prefix(&zeros, usize::MAX).1, 10);
-    }
-
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -932,8 +761,6 @@ mod tests {
             #[test]
             fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
                 let _ = decode(&bytes);
-                let _ = verify_records(&t("x"), &bytes, WalPos(0), None);
-                let _ = whole_records_prefix(&bytes, 256);
             }
 
             #[test]
@@ -993,44 +820,6 @@ mod tests {
                     c.advance(&payload[..e], payload.len());
                 }
                 prop_assert_eq!(c.finish(&payload), want);
-            }
-
-            /// The one-pass walk takes exactly what the two passes it replaces took: the
-            /// whole-record prefix, cut short at the first damaged record, which it names.
-            #[test]
-            fn take_records_is_prefix_then_verify(
-                n in 1usize..8,
-                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
-                max in any::<prop::sample::Index>(),
-                zero_tail in 0usize..80,
-            ) {
-                let first = WalPos(4096);
-                let mut bytes = records(first, n);
-                for (i, v) in &flips {
-                    let at = i.index(bytes.len());
-                    bytes[at] = *v;
-                }
-                bytes.extend(std::iter::repeat_n(0u8, zero_tail));
-                let max = max.index(bytes.len() + 1);
-                let taken = take_records(&t("p"), &bytes, first, max);
-                let (len, count, last) = whole_records_prefix(&bytes, max);
-                match verify_records(&t("p"), &bytes[..len], first, None) {
-                    Ok(sum) => {
-                        prop_assert!(taken.bad.is_none(), "{:?}", taken.bad);
-                        prop_assert_eq!(taken.len, len);
-                        prop_assert_eq!(taken.summary, sum);
-                        prop_assert_eq!((sum.count, sum.last_ht), (count, last));
-                    }
-                    Err(e) => {
-                        let WireError::BadRecord { pos, .. } = &e else {
-                            return Err(TestCaseError::fail(format!("not a record error: {e}")));
-                        };
-                        prop_assert_eq!(taken.len as u64, pos.since(first));
-                        prop_assert_eq!(taken.bad.as_ref().map(|b| b.to_string()), Some(e.to_string()));
-                        let good = verify_records(&t("p"), &bytes[..taken.len], first, None).unwrap();
-                        prop_assert_eq!(taken.summary, good);
-                    }
-                }
             }
         }
     }
