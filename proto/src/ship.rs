@@ -310,6 +310,13 @@ impl ShipStream {
         }
     }
 
+    /// A tablet whose position `acked` was acknowledged on an earlier connection of this
+    /// process: its next Open names it (the applier's resume Ack decides all the same).
+    pub fn with_acked(mut self, acked: WalPos) -> ShipStream {
+        self.acked = acked;
+        self
+    }
+
     pub fn tablet(&self) -> &TabletId {
         &self.tablet
     }

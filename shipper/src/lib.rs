@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rand::Rng;
-use tidelog_proto::wire::{self, HelloTablet, Message, MSG_HEADER_LEN};
+use std::cell::RefCell;
+
+use tidelog_proto::backoff::Backoff;
+use tidelog_proto::ship::{ControlEvent, ShipControl, ShipStream, StreamConfig, StreamEvent};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::{Heartbeat, TabletId, WalPos};
 use tokio::sync::{mpsc, Notify};
@@ -803,7 +806,11 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
     };
     let _beat = AbortOnDrop(beat);
     let mut tablets: Vec<TabletId> = Vec::new();
-    let mut backoff = shared.opts.reconnect_min;
+    let mut backoff = Backoff::new(
+        shared.opts.reconnect_min,
+        shared.opts.reconnect_max,
+        shared.opts.reconnect_max * 2,
+    );
     loop {
         // Take in tablets assigned while disconnected.
         while let Ok(cmd) = rx.try_recv() {
@@ -860,13 +867,8 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
                 }
             }
         }
-        if started.elapsed() > shared.opts.reconnect_max * 2 {
-            backoff = shared.opts.reconnect_min;
-        }
-        // Capped exponential backoff with full jitter in [backoff/2, backoff].
-        let jitter = rand::rng().random_range(0.5..=1.0);
-        let wait = backoff.mul_f64(jitter);
-        backoff = (backoff * 2).min(shared.opts.reconnect_max);
+        // Capped exponential backoff with jitter in [backoff/2, backoff].
+        let wait = backoff.failed(started, Instant::now(), rand::rng().random_range(0.5..=1.0));
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             cmd = rx.recv() => match cmd {
@@ -891,35 +893,18 @@ fn tablet_state(shared: &Shared, t: &TabletId) -> Option<Arc<TabletShip>> {
         .cloned()
 }
 
-async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<Message>> {
-    let mut head = [0u8; MSG_HEADER_LEN];
-    match recv.read_exact(&mut head).await {
-        Ok(()) => {}
-        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let (kind, len, sum) = wire::decode_header(&head)?;
-    let mut body = vec![0u8; len];
-    recv.read_exact(&mut body).await?;
-    Ok(Some(wire::decode_body(kind, &body, sum)?))
+/// The next bytes the applier sent on a stream; `None` at its end.
+async fn read_bytes(recv: &mut quinn::RecvStream) -> Result<Option<bytes::Bytes>> {
+    Ok(recv.read_chunk(usize::MAX, true).await?.map(|c| c.bytes))
 }
 
-fn hello_tablets(shared: &Shared, tablets: &[TabletId]) -> Vec<HelloTablet> {
-    tablets
-        .iter()
-        .map(|t| {
-            // The tablet's control file, mapped once (status reads it too).
-            let dir = shared.opts.wal_dir.join(t.as_str());
-            let (oldest, durable) = tablet_state(shared, t)
-                .and_then(|st| st.control(&dir).map(|c| (c.oldest(), c.durable())))
-                .unwrap_or((WalPos::ZERO, WalPos::ZERO));
-            HelloTablet {
-                tablet: t.clone(),
-                oldest,
-                durable,
-            }
-        })
-        .collect()
+/// A tablet's oldest and durable position, as a Hello announces them.
+fn hello_positions(shared: &Shared, t: &TabletId) -> (WalPos, WalPos) {
+    // The tablet's control file, mapped once (status reads it too).
+    let dir = shared.opts.wal_dir.join(t.as_str());
+    tablet_state(shared, t)
+        .and_then(|st| st.control(&dir).map(|c| (c.oldest(), c.durable())))
+        .unwrap_or((WalPos::ZERO, WalPos::ZERO))
 }
 
 /// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
@@ -1008,12 +993,12 @@ async fn connection(
     };
     let (mut csend, mut crecv) = conn.open_bi().await?;
     let conn = Rc::new(conn);
-    // Control messages arrive through a channel: reading a QUIC stream is not cancel-safe,
+    // Control bytes arrive through a channel: reading a QUIC stream is not cancel-safe,
     // the select below is.
-    let (ctx, mut crx) = mpsc::unbounded_channel::<Result<Option<Message>>>();
+    let (ctx, mut crx) = mpsc::unbounded_channel::<Result<Option<bytes::Bytes>>>();
     let reader = tokio::task::spawn_local(async move {
         loop {
-            let m = read_msg(&mut crecv).await;
+            let m = read_bytes(&mut crecv).await;
             let end = !matches!(m, Ok(Some(_)));
             if ctx.send(m).is_err() || end {
                 return;
@@ -1021,82 +1006,65 @@ async fn connection(
         }
     });
     let _reader = AbortOnDrop(reader);
-    let mut announce = tablets.clone();
-    // Tablets refused (claimed by another live shipper): asked for again every 5 s.
-    let mut refused: Vec<(TabletId, Instant)> = Vec::new();
+    // Hello, Welcome, and the refused tablets asked for again 5 s later.
+    let mut control = ShipControl::new(&shared.opts.shipper_id, lane, tablets.clone(), limit);
     shared.connected_lanes.fetch_add(1, Ordering::Relaxed);
     let _connected = scopeguard(shared.clone());
     shared.lane_settled(lane);
     let mut heard = tidelog_net::Silence::new(conn.stats().udp_rx.datagrams);
-    // One timer for both periodic looks (a second one re-made in the select below would
-    // never fire: this one always ends the select first).
+    // One timer for the periodic look at the connection's silence.
     let mut look = tokio::time::interval(tidelog_net::Silence::look_every(limit));
     look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        if !announce.is_empty() {
-            let hello = wire::Hello {
-                shipper_id: shared.opts.shipper_id.clone(),
-                lane,
-                tablets: hello_tablets(shared, &announce),
-                all_tablets: shared
-                    .tablets
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .keys()
-                    .cloned()
-                    .collect(),
-            };
-            csend.write_all(&wire::encode_hello(&hello)).await?;
-            let answer = tokio::time::timeout(limit, crx.recv())
-                .await
-                .map_err(|_| anyhow::anyhow!("no Welcome from the applier within {limit:?}"))?;
-            let welcome = match answer.unwrap_or(Ok(None))? {
-                Some(Message::Welcome(w)) => w,
-                Some(Message::Error(e)) => {
-                    anyhow::bail!("applier refused: {}: {}", e.code, e.message)
+        let now = Instant::now();
+        control.handle_timeout(now)?;
+        let all = || {
+            shared
+                .tablets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .cloned()
+                .collect()
+        };
+        if let Some(hello) = control.poll_transmit(now, |t| hello_positions(shared, t), all()) {
+            csend.write_all(&hello).await?;
+        }
+        while let Some(ev) = control.poll_event() {
+            match ev {
+                ControlEvent::Accepted { tablet, .. } => {
+                    let Some(st) = tablet_state(shared, &tablet) else {
+                        continue;
+                    };
+                    // Where to resume comes again as the first Ack of the tablet stream.
+                    // A refusal (or a target error) of before is over.
+                    st.set_error(None);
+                    if matches!(
+                        ShipState::from_u8(st.state.load(Ordering::Relaxed)),
+                        ShipState::Refused | ShipState::TargetError
+                    ) {
+                        st.set_state(ShipState::Connecting);
+                    }
+                    tokio::task::spawn_local(tablet_task(shared.clone(), conn.clone(), tablet, st));
                 }
-                other => anyhow::bail!("expected Welcome, got {other:?}"),
-            };
-            for wt in welcome.tablets {
-                let Some(st) = tablet_state(shared, &wt.tablet) else {
-                    continue;
-                };
-                match (wt.resume, wt.refused) {
-                    (Some(_), _) => {
-                        // Where to resume comes again as the first Ack of the tablet stream.
-                        // A refusal (or a target error) of before is over.
-                        st.set_error(None);
-                        if matches!(
-                            ShipState::from_u8(st.state.load(Ordering::Relaxed)),
-                            ShipState::Refused | ShipState::TargetError
-                        ) {
-                            st.set_state(ShipState::Connecting);
-                        }
-                        tokio::task::spawn_local(tablet_task(
-                            shared.clone(),
-                            conn.clone(),
-                            wt.tablet.clone(),
-                            st,
-                        ));
-                    }
-                    (None, reason) => {
-                        let reason = reason.unwrap_or_else(|| "refused".into());
-                        let state = refusal_state(&reason);
-                        tracing::error!(tablet = %wt.tablet, state = state.name(),
-                            "applier refused the tablet: {reason}; asking again in 5 s");
-                        st.set_state(state);
-                        st.set_error(Some(format!("applier: {reason}")));
-                        refused.push((wt.tablet.clone(), Instant::now()));
-                    }
+                ControlEvent::Refused { tablet, reason } => {
+                    let Some(st) = tablet_state(shared, &tablet) else {
+                        continue;
+                    };
+                    let state = refusal_state(&reason);
+                    tracing::error!(tablet = %tablet, state = state.name(),
+                        "applier refused the tablet: {reason}; asking again in 5 s");
+                    st.set_state(state);
+                    st.set_error(Some(format!("applier: {reason}")));
                 }
             }
-            announce.clear();
         }
+        let due = control.poll_timeout();
         tokio::select! {
             cmd = rx.recv() => match cmd {
                 Some(LaneCmd::Add(t)) => {
                     tablets.push(t.clone());
-                    announce.push(t);
+                    control.announce(t);
                 }
                 _ => {
                     // Record what the applier has acknowledged before going away.
@@ -1114,17 +1082,8 @@ async fn connection(
             e = conn.closed() => {
                 anyhow::bail!("{e}");
             }
+            () = sleep_until(due) => {}
             _ = look.tick() => {
-                // Refused tablets are asked for again 5 s after the refusal.
-                let due = Instant::now() - Duration::from_secs(5);
-                refused.retain(|(t, at)| {
-                    if *at <= due {
-                        announce.push(t.clone());
-                        false
-                    } else {
-                        true
-                    }
-                });
                 if let Some(quiet) = heard.exceeded(conn.stats().udp_rx.datagrams, limit) {
                     conn.close(quinn::VarInt::from_u32(1), b"no packet from the applier");
                     anyhow::bail!(
@@ -1135,12 +1094,19 @@ async fn connection(
             }
             m = crx.recv() => {
                 match m.unwrap_or(Ok(None))? {
-                    Some(Message::Error(e)) => anyhow::bail!("applier: {}: {}", e.code, e.message),
-                    None => anyhow::bail!("the applier closed the control stream"),
-                    Some(other) => anyhow::bail!("unexpected control message {other:?}"),
+                    Some(bytes) => control.handle(&bytes, Instant::now())?,
+                    None => control.handle_end(Instant::now())?,
                 }
             }
         }
+    }
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -1204,10 +1170,21 @@ async fn tablet_task(
             _ = tokio::time::sleep(SOURCE_RETRY) => {}
         }
     };
-    let mut backoff = shared.opts.reconnect_min;
+    // The tablet's side of the protocol, across the streams of this connection.
+    let cfg = StreamConfig {
+        window_bytes: shared.opts.window_bytes,
+        keepalive_interval: shared.opts.keepalive_interval,
+    };
+    let acked = WalPos(st.acked.load(Ordering::Relaxed));
+    let ship = RefCell::new(ShipStream::new(tablet.clone(), cfg).with_acked(acked));
+    let mut backoff = Backoff::new(
+        shared.opts.reconnect_min,
+        shared.opts.reconnect_max,
+        Duration::from_secs(10),
+    );
     while conn.close_reason().is_none() && !shared.shutdown.load(Ordering::SeqCst) {
         let started = Instant::now();
-        match ship_stream(&shared, &conn, &mut tail, &st).await {
+        match ship_stream(&shared, &conn, &mut tail, &st, &ship).await {
             Ok(()) => return,
             Err(e) => {
                 if conn.close_reason().is_some() {
@@ -1225,11 +1202,7 @@ async fn tablet_task(
                 }
             }
         }
-        if started.elapsed() > Duration::from_secs(10) {
-            backoff = shared.opts.reconnect_min;
-        }
-        let wait = backoff.mul_f64(rand::rng().random_range(0.5..=1.0));
-        backoff = (backoff * 2).min(shared.opts.reconnect_max);
+        let wait = backoff.failed(started, Instant::now(), rand::rng().random_range(0.5..=1.0));
         tokio::time::sleep(wait).await;
     }
 }
@@ -1328,37 +1301,82 @@ fn large_frames_take_the_read_buffer_and_small_ones_are_copied() {
     assert_eq!(buf.as_ptr(), ptr, "and the read buffer is kept");
 }
 
-/// One stream: Open, the resume Ack, then frames until an error or shutdown.
+/// The applier's bytes on a tablet stream, into the tablet's machine; the stream's end
+/// too. An Error from the applier sets the state its code calls for.
+async fn feed_stream(
+    recv: &mut quinn::RecvStream,
+    ship: &RefCell<ShipStream>,
+    st: &TabletShip,
+) -> Result<()> {
+    let got = read_bytes(recv).await?;
+    let now = Instant::now();
+    let r = match got {
+        Some(b) => ship.borrow_mut().handle(&b, now),
+        None => ship.borrow_mut().handle_end(now),
+    };
+    if let Err(e) = r {
+        if let Some(code) = e.code() {
+            st.set_state(stream_error_state(code));
+        }
+        return Err(e.into());
+    }
+    Ok(())
+}
+
+/// Takes the applier's acks on a tablet stream until it ends it.
+async fn take_acks(
+    recv: &mut quinn::RecvStream,
+    ship: &RefCell<ShipStream>,
+    st: &TabletShip,
+) -> Result<()> {
+    loop {
+        // Events first: the bytes that brought the resume Ack may have brought acks too.
+        loop {
+            // Not in a `while let`: its borrow would last through the body.
+            let ev = ship.borrow_mut().poll_event();
+            let Some(ev) = ev else {
+                break;
+            };
+            if let StreamEvent::Acked { acked, records } = ev {
+                st.acked.fetch_max(acked.0, Ordering::Relaxed);
+                st.records_acked.fetch_add(records, Ordering::Relaxed);
+                st.records_in_flight
+                    .store(ship.borrow().records_in_flight(), Ordering::Relaxed);
+                st.acked_changed.notify_waiters();
+            }
+        }
+        feed_stream(recv, ship, st).await?;
+    }
+}
+
+/// One stream: Open, the resume Ack, then frames until an error or shutdown. The protocol
+/// (what to send, the window, what the acks mean) is the tablet's [`ShipStream`]'s; this
+/// reads the WAL and moves bytes.
 async fn ship_stream(
     shared: &Arc<Shared>,
     conn: &quinn::Connection,
     tail: &mut Tail,
     st: &Arc<TabletShip>,
+    ship: &RefCell<ShipStream>,
 ) -> Result<()> {
     let tablet = tail.tablet.clone();
     let (mut send, mut recv) = conn.open_bi().await?;
-    let from = WalPos(st.acked.load(Ordering::Relaxed));
-    send.write_all(&wire::encode_open(&wire::Open {
-        tablet: tablet.clone(),
-        from,
-    }))
-    .await?;
-    let (mut pos, mut safe) = match read_msg(&mut recv).await? {
-        Some(Message::Ack { durable, safe_time }) => (durable, safe_time),
-        Some(Message::Error(e)) => {
-            st.set_state(stream_error_state(&e.code));
-            anyhow::bail!("applier refused the stream: {}: {}", e.code, e.message)
+    let open = ship.borrow_mut().open();
+    send.write_all(&open).await?;
+    let (pos, safe) = loop {
+        let ev = ship.borrow_mut().poll_event();
+        if let Some(StreamEvent::Resume { from, safe_time }) = ev {
+            break (from, safe_time);
         }
-        other => anyhow::bail!("expected the resume Ack, got {other:?}"),
+        feed_stream(&mut recv, ship, st).await?;
     };
     st.acked.store(pos.0, Ordering::Relaxed);
     st.shipped.store(pos.0, Ordering::Relaxed);
     if let Err(e) = tail.check_start(pos) {
         if let TailError::NeedsBootstrap { .. } = e {
             st.set_state(ShipState::NeedsBootstrap);
-            let _ = send
-                .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
-                .await;
+            let refusal = ship.borrow_mut().needs_bootstrap(&e.to_string());
+            let _ = send.write_all(&refusal).await;
             tracing::error!("{e}");
             st.set_error(Some(e.to_string()));
             // Stay connected and look again later (an operator may bootstrap the target).
@@ -1368,40 +1386,11 @@ async fn ship_stream(
     }
     st.set_error(None);
     st.set_state(ShipState::Streaming);
-    tracing::info!(tablet = %tablet, from = %pos, "shipping");
+    tracing::info!(tablet = %tablet, from = %pos, safe_time = %safe, "shipping");
 
     // Acks: in-flight accounting and the stream's errors.
     st.records_in_flight.store(0, Ordering::Relaxed);
-    let frames: Rc<std::cell::RefCell<std::collections::VecDeque<(WalPos, u32)>>> = Rc::default();
-    let acks = {
-        let st = st.clone();
-        let frames = frames.clone();
-        async move {
-            loop {
-                match read_msg(&mut recv).await? {
-                    Some(Message::Ack { durable, .. }) => {
-                        st.acked.fetch_max(durable.0, Ordering::Relaxed);
-                        let mut n = 0u64;
-                        {
-                            let mut f = frames.borrow_mut();
-                            while f.front().is_some_and(|(end, _)| *end <= durable) {
-                                n += f.pop_front().map_or(0, |(_, c)| u64::from(c));
-                            }
-                        }
-                        st.records_acked.fetch_add(n, Ordering::Relaxed);
-                        st.records_in_flight.fetch_sub(n, Ordering::Relaxed);
-                        st.acked_changed.notify_waiters();
-                    }
-                    Some(Message::Error(e)) => {
-                        st.set_state(stream_error_state(&e.code));
-                        anyhow::bail!("applier: {}: {}", e.code, e.message)
-                    }
-                    Some(other) => anyhow::bail!("unexpected message {other:?}"),
-                    None => anyhow::bail!("the applier closed the stream"),
-                }
-            }
-        }
-    };
+    let acks = take_acks(&mut recv, ship, st);
     // The source's `acked` file, rewritten at most every `acked_interval` (two fsyncs each).
     let dir = tail.dir().to_path_buf();
     let written = Rc::new(std::cell::Cell::new(WalPos(0)));
@@ -1422,7 +1411,6 @@ async fn ship_stream(
     let sender = async {
         let max = shared.opts.max_frame_bytes;
         let mut buf: Vec<u8> = Vec::with_capacity(max);
-        let mut last_send = Instant::now();
         let mut idle_wait = Duration::from_micros(50);
         loop {
             if shared.shutdown.load(Ordering::SeqCst) {
@@ -1437,8 +1425,8 @@ async fn ship_stream(
                 }
                 continue;
             }
-            let in_flight = pos.since(WalPos(st.acked.load(Ordering::Relaxed)));
-            if in_flight >= shared.opts.window_bytes {
+            if !ship.borrow().can_send() {
+                // The window is full: wait for an ack.
                 let notified = st.acked_changed.notified();
                 tokio::select! {
                     _ = notified => {}
@@ -1446,11 +1434,16 @@ async fn ship_stream(
                 }
                 continue;
             }
+            let pos = ship.borrow().shipped();
             match tail.read(pos, &mut buf, max).await {
                 Ok(Some(chunk)) => {
                     let payload = frame_payload(&mut buf, chunk.len, max);
-                    let head =
-                        wire::encode_data_head(&tablet, pos, chunk.last_ht, chunk.count, &payload);
+                    let head = ship.borrow_mut().send_frame(
+                        &payload,
+                        chunk.count,
+                        chunk.last_ht,
+                        Instant::now(),
+                    );
                     // Test hook: one frame whose payload does not match its checksum.
                     let corrupt = (|| {
                         fail::fail_point!("shipper::corrupt_frame", |_| true);
@@ -1466,22 +1459,17 @@ async fn ship_stream(
                     } else {
                         send.write_chunk(payload).await?;
                     }
-                    frames
-                        .borrow_mut()
-                        .push_back((pos.add(chunk.len as u64), chunk.count));
-                    pos = pos.add(chunk.len as u64);
-                    safe = chunk.last_ht;
+                    let pos = ship.borrow().shipped();
                     st.shipped.store(pos.0, Ordering::Relaxed);
                     st.records_shipped
                         .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
                     st.records_in_flight
-                        .fetch_add(u64::from(chunk.count), Ordering::Relaxed);
+                        .store(ship.borrow().records_in_flight(), Ordering::Relaxed);
                     st.bytes_shipped
                         .fetch_add(chunk.len as u64, Ordering::Relaxed);
                     st.frames.fetch_add(1, Ordering::Relaxed);
                     source_reads_again(st, &tablet, pos);
                     st.set_state(ShipState::Streaming);
-                    last_send = Instant::now();
                     idle_wait = Duration::from_micros(50);
                 }
                 Ok(None) => {
@@ -1489,10 +1477,10 @@ async fn ship_stream(
                     if source_reads_again(st, &tablet, pos) {
                         st.set_state(ShipState::Streaming);
                     }
-                    if last_send.elapsed() >= shared.opts.keepalive_interval {
-                        send.write_all(&wire::encode_keepalive(&tablet, pos, safe))
-                            .await?;
-                        last_send = Instant::now();
+                    let now = Instant::now();
+                    if ship.borrow().keepalive_due(now) {
+                        let k = ship.borrow_mut().keepalive(now);
+                        send.write_all(&k).await?;
                         st.set_state(ShipState::Idle);
                     }
                     // Adaptive wait: quick right after data, then up to poll_interval.
@@ -1502,9 +1490,8 @@ async fn ship_stream(
                 }
                 Err(e @ TailError::NeedsBootstrap { .. }) => {
                     st.set_state(ShipState::NeedsBootstrap);
-                    let _ = send
-                        .write_all(&wire::encode_error("needs_bootstrap", &e.to_string()))
-                        .await;
+                    let refusal = ship.borrow_mut().needs_bootstrap(&e.to_string());
+                    let _ = send.write_all(&refusal).await;
                     st.set_error(Some(e.to_string()));
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     anyhow::bail!("{e}");
@@ -1519,9 +1506,8 @@ async fn ship_stream(
                     }
                     st.set_state(ShipState::Error);
                     st.set_error(Some(e.to_string()));
-                    send.write_all(&wire::encode_keepalive(&tablet, pos, safe))
-                        .await?;
-                    last_send = Instant::now();
+                    let k = ship.borrow_mut().keepalive(Instant::now());
+                    send.write_all(&k).await?;
                     let notified = st.resume.notified();
                     tokio::select! {
                         _ = notified => {}
