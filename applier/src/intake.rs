@@ -43,7 +43,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use tidelog_proto::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
+use tidelog_proto::intake::{AckOut, Claims, Durable, IntakeStream, Received};
+use tidelog_proto::wire::{self, Message, MsgKind, MSG_HEADER_LEN};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
@@ -222,13 +223,6 @@ fn small_frames_are_not_a_catch_up_and_a_large_one_is_for_a_while() {
     assert!(!a.catching_up(), "a large frame long ago");
 }
 
-#[derive(Clone, Debug)]
-struct Owner {
-    shipper_id: String,
-    conn_id: u64,
-    remote: SocketAddr,
-}
-
 /// When the intake last made a large frame durable: one of at least [`BACKLOG_FRAME`]
 /// bytes, which a shipper sends only when it has that much to send at once — a transfer
 /// that is behind the source (a catch-up after an outage, a bulk load). A shipper that keeps
@@ -290,15 +284,6 @@ struct WriteReq {
     payload: Bytes,
 }
 
-/// What the writer thread publishes after each group.
-#[derive(Clone, Debug, Default)]
-struct Durable {
-    pos: WalPos,
-    safe_time: HybridTime,
-    /// The last refused frame: (stream id, code, reason).
-    error: Option<(u64, &'static str, String)>,
-}
-
 /// The intake side of one tablet.
 #[derive(Debug)]
 pub struct TabletIntake {
@@ -306,7 +291,8 @@ pub struct TabletIntake {
     /// The received log's end when this process opened it: `records` and `bytes` count
     /// what was written after it.
     opened_at: WalPos,
-    owner: Mutex<Option<Owner>>,
+    /// Which connection owns which tablet (the intake's, shared by its tablets).
+    claims: Arc<Mutex<Claims>>,
     state: AtomicU8,
     paused: AtomicBool,
     received_pos: AtomicU64,
@@ -478,7 +464,9 @@ impl TabletIntake {
             records: self.records.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             state: self.state().name(),
-            shipper: lock(&self.owner).as_ref().map(|o| o.shipper_id.clone()),
+            shipper: lock(&self.claims)
+                .owner(&self.tablet)
+                .map(|o| o.shipper_id.clone()),
             last_frame_ms_ago: (last > 0).then(|| now_ms().saturating_sub(last)),
             error: self.clock_skew().or_else(|| lock(&self.last_error).clone()),
         }
@@ -499,6 +487,8 @@ fn now_ms() -> u64 {
 struct Shared {
     opts: IntakeOptions,
     tablets: Mutex<BTreeMap<TabletId, Arc<TabletIntake>>>,
+    /// Which live connection ships each tablet (one shipper per tablet).
+    claims: Arc<Mutex<Claims>>,
     conn_ids: AtomicU64,
     stream_ids: AtomicU64,
     /// Intake stopped (pause of all, or promote): new connections are refused.
@@ -574,6 +564,7 @@ impl Intake {
         let shared = Arc::new(Shared {
             opts,
             tablets: Mutex::new(BTreeMap::new()),
+            claims: Arc::default(),
             conn_ids: AtomicU64::new(1),
             stream_ids: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -814,7 +805,7 @@ impl Shared {
         let ti = Arc::new(TabletIntake {
             tablet: t.clone(),
             opened_at: start,
-            owner: Mutex::new(None),
+            claims: self.claims.clone(),
             state: AtomicU8::new(state as u8),
             paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),
             received_pos: AtomicU64::new(start.0),
@@ -847,50 +838,21 @@ impl Shared {
         Ok(ti)
     }
 
-    /// Claims `t` for a connection; an error names the live owner.
-    fn claim(
-        &self,
-        ti: &TabletIntake,
-        shipper_id: &str,
-        conn_id: u64,
-        remote: SocketAddr,
-    ) -> Result<(), String> {
-        let mut o = lock(&ti.owner);
-        if let Some(cur) = o.as_ref() {
-            if cur.conn_id != conn_id && cur.shipper_id != shipper_id {
-                return Err(format!(
-                    "tablet {} is already shipped by live shipper {:?} from {}; refused for shipper {:?}",
-                    ti.tablet, cur.shipper_id, cur.remote, shipper_id
-                ));
-            }
-        }
-        // The same shipper reconnecting takes over from its old (maybe half-dead) connection.
-        *o = Some(Owner {
-            shipper_id: shipper_id.to_string(),
-            conn_id,
-            remote,
-        });
-        Ok(())
-    }
-
     fn owned_by(&self, ti: &TabletIntake, conn_id: u64) -> bool {
-        lock(&ti.owner)
-            .as_ref()
-            .is_some_and(|o| o.conn_id == conn_id)
+        lock(&self.claims).owned_by(&ti.tablet, conn_id)
     }
 
+    /// Connection `conn_id` ended: its tablets are free, and no longer streaming.
     fn release(&self, conn_id: u64) {
-        for ti in lock(&self.tablets).values() {
-            let mut o = lock(&ti.owner);
-            if o.as_ref().is_some_and(|o| o.conn_id == conn_id) {
-                *o = None;
-                let _ = ti.state.compare_exchange(
-                    TabletState::Streaming as u8,
-                    TabletState::Disconnected as u8,
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
-            }
+        let freed = lock(&self.claims).release(conn_id);
+        let tablets = lock(&self.tablets);
+        for ti in freed.iter().filter_map(|t| tablets.get(t)) {
+            let _ = ti.state.compare_exchange(
+                TabletState::Streaming as u8,
+                TabletState::Disconnected as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
         }
     }
 }
@@ -1547,38 +1509,33 @@ async fn serve_control(
             .await
             .context("registering the announced tablets")?;
         }
-        let mut answer = Vec::new();
-        for ht in &h.tablets {
-            let claimed = match &refusal {
-                Some(r) => Err(r.clone()),
-                None => Ok(()),
-            }
-            .and_then(|()| shared.tablet(&ht.tablet).map_err(|e| format!("{e:#}")))
-            .and_then(|ti| {
-                shared
-                    .claim(&ti, &h.shipper_id, conn_id, remote)
-                    .map(|()| ti.received_pos())
-            });
-            answer.push(match claimed {
-                Ok(resume) => WelcomeTablet {
-                    tablet: ht.tablet.clone(),
-                    resume: Some(resume),
-                    refused: None,
-                },
-                Err(reason) => {
-                    tracing::warn!(conn = conn_id, "{reason}");
-                    WelcomeTablet {
-                        tablet: ht.tablet.clone(),
-                        resume: None,
-                        refused: Some(reason),
-                    }
-                }
-            });
+        // Each tablet's intake (its received log opened, maybe created) before the claims
+        // are taken, so that no file is opened under their lock.
+        let ready: BTreeMap<TabletId, Result<Arc<TabletIntake>, String>> = h
+            .tablets
+            .iter()
+            .map(|ht| {
+                let ti = match &refusal {
+                    Some(r) => Err(r.clone()),
+                    None => shared.tablet(&ht.tablet).map_err(|e| format!("{e:#}")),
+                };
+                (ht.tablet.clone(), ti)
+            })
+            .collect();
+        let w = lock(&shared.claims).answer_hello(
+            &h,
+            conn_id,
+            &remote.to_string(),
+            &shared.opts.applier_id,
+            |t| match ready.get(t) {
+                Some(Ok(ti)) => Ok(ti.received_pos()),
+                Some(Err(e)) => Err(e.clone()),
+                None => Err(format!("tablet {t} was not announced")),
+            },
+        );
+        for reason in w.tablets.iter().filter_map(|wt| wt.refused.as_ref()) {
+            tracing::warn!(conn = conn_id, "{reason}");
         }
-        let w = wire::Welcome {
-            applier_id: shared.opts.applier_id.clone(),
-            tablets: answer,
-        };
         csend.write_all(&wire::encode_welcome(&w)).await?;
     }
 }
@@ -1605,11 +1562,19 @@ async fn serve_tablet_stream(
     mut recv: quinn::RecvStream,
     conn_id: u64,
 ) -> Result<()> {
-    let Some((Message::Open(open), _)) = read_msg(&mut recv).await? else {
-        let _ = send
-            .write_all(&wire::encode_error("protocol", "expected Open"))
-            .await;
-        anyhow::bail!("protocol: a tablet stream must start with Open");
+    let first = read_msg(&mut recv).await?;
+    let open = match first.map(|(m, _)| IntakeStream::open(m)) {
+        Some(Ok(open)) => open,
+        Some(Err(refusal)) => {
+            let _ = send.write_all(&refusal.encode()).await;
+            anyhow::bail!("protocol: a tablet stream must start with Open");
+        }
+        None => {
+            let _ = send
+                .write_all(&wire::encode_error("protocol", "expected Open"))
+                .await;
+            anyhow::bail!("protocol: a tablet stream must start with Open");
+        }
     };
     let tablet = open.tablet.clone();
     let ti = lock(&shared.tablets).get(&tablet).cloned();
@@ -1647,16 +1612,16 @@ async fn serve_tablet_stream(
         let _ = tokio::time::timeout(Duration::from_secs(1), send.stopped()).await;
         anyhow::bail!("{reason}");
     }
-    // The first Ack is the resume position.
+    // The first Ack is the resume position: the received log's durable end.
     let mut durable = ti.durable.clone();
     let start = durable.borrow_and_update().clone();
-    send.write_all(&wire::encode_ack(start.pos, start.safe_time))
-        .await?;
+    let (resume, check, gate) = IntakeStream::accept(stream_id, tablet.clone(), &start);
+    send.write_all(&resume).await?;
     tracing::debug!(tablet = %tablet, conn = conn_id, from = %start.pos, "tablet stream open");
     let (etx, erx) = tokio::sync::mpsc::channel::<(&'static str, String)>(1);
     let r = tokio::select! {
-        r = send_acks(&tablet, send, durable, start.pos, stream_id, erx) => r,
-        r = receive_frames(&shared, &ti, recv, start.pos, stream_id, conn_id, etx) => r,
+        r = send_acks(&tablet, send, durable, gate, erx) => r,
+        r = receive_frames(&shared, &ti, recv, check, stream_id, conn_id, etx) => r,
     };
     // Unless a newer connection (the shipper reconnected) has the tablet streaming by now.
     if ti.state() == TabletState::Streaming && shared.owned_by(&ti, conn_id) {
@@ -1667,13 +1632,14 @@ async fn serve_tablet_stream(
 }
 
 /// Sends one Ack per published durable end (batched by the watch channel), or the Error
-/// that ends the stream.
+/// that ends the stream; what to send is the stream's [`AckGate`]'s.
+///
+/// [`AckGate`]: tidelog_proto::intake::AckGate
 async fn send_acks(
     tablet: &TabletId,
     mut send: quinn::SendStream,
     mut durable: watch::Receiver<Durable>,
-    mut last: WalPos,
-    stream_id: u64,
+    mut gate: tidelog_proto::intake::AckGate,
     mut errors: tokio::sync::mpsc::Receiver<(&'static str, String)>,
 ) -> Result<()> {
     loop {
@@ -1696,17 +1662,14 @@ async fn send_acks(
             }
         }
         let d = durable.borrow_and_update().clone();
-        if let Some((sid, code, reason)) = &d.error {
-            if *sid == stream_id || *sid == 0 {
-                let _ = send.write_all(&wire::encode_error(code, reason)).await;
+        match gate.durable(&d) {
+            Some(AckOut::Ack(ack)) => send.write_all(&ack).await?,
+            Some(AckOut::End(refusal)) => {
+                let _ = send.write_all(&refusal.encode()).await;
                 let _ = send.finish();
-                anyhow::bail!("{code}: {reason}");
+                anyhow::bail!("{}: {}", refusal.code, refusal.reason);
             }
-        }
-        if d.pos > last {
-            send.write_all(&wire::encode_ack(d.pos, d.safe_time))
-                .await?;
-            last = d.pos;
+            None => {}
         }
     }
 }
@@ -1717,7 +1680,7 @@ async fn receive_frames(
     shared: &Arc<Shared>,
     ti: &Arc<TabletIntake>,
     mut recv: quinn::RecvStream,
-    mut expect: WalPos,
+    mut check: tidelog_proto::intake::FrameCheck,
     stream_id: u64,
     conn_id: u64,
     errors: tokio::sync::mpsc::Sender<(&'static str, String)>,
@@ -1773,18 +1736,21 @@ async fn receive_frames(
                 .await;
             std::future::pending::<()>().await;
         }
-        match msg {
-            (Message::Data(f), payload) => {
-                if &f.tablet != tablet || f.first_pos != expect {
+        let (msg, payload) = msg;
+        let received = match check.receive(msg) {
+            Ok(r) => r,
+            Err(refusal) => {
+                if refusal.code == "bad_position" {
                     ti.count_frame_error(false);
-                    let reason = format!(
-                        "frame for tablet {} at {} on the stream of tablet {tablet} expecting {expect}",
-                        f.tablet, f.first_pos
-                    );
-                    ti.set_error(reason.clone());
-                    let _ = errors.send(("bad_position", reason)).await;
-                    std::future::pending::<()>().await;
                 }
+                ti.set_error(refusal.reason.clone());
+                let _ = errors.send((refusal.code, refusal.reason)).await;
+                std::future::pending::<()>().await;
+                return Ok(());
+            }
+        };
+        match received {
+            Received::Frame(f) => {
                 let mut refused = None;
                 let mut payload = payload;
                 if let Some((within, reason)) =
@@ -1799,7 +1765,6 @@ async fn receive_frames(
                 } else {
                     ti.set_clock_skew(None);
                 }
-                expect = f.end_pos;
                 ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
                 if payload.is_empty() {
                     if let Some(reason) = refused {
@@ -1834,11 +1799,11 @@ async fn receive_frames(
                     std::future::pending::<()>().await;
                 }
             }
-            (Message::KeepAlive(_), _) => {
+            Received::KeepAlive(_) => {
                 ti.last_frame_ms.store(now_ms(), Ordering::Relaxed);
                 ti.shipping_again();
             }
-            (Message::Error(e), _) => {
+            Received::ShipperError(e) => {
                 if e.code == "needs_bootstrap" {
                     ti.state
                         .store(TabletState::NeedsBootstrap as u8, Ordering::SeqCst);
@@ -1846,13 +1811,8 @@ async fn receive_frames(
                 ti.set_error(format!("{}: {}", e.code, e.message));
                 tracing::warn!(tablet = %tablet, code = %e.code, "shipper reports: {}", e.message);
             }
-            (other, _) => {
-                let reason =
-                    format!("unexpected message on the stream of tablet {tablet}: {other:?}");
-                ti.set_error(reason.clone());
-                let _ = errors.send(("protocol", reason)).await;
-                std::future::pending::<()>().await;
-            }
+            // Only the first message of a stream is an Open.
+            Received::Open(_) => {}
         }
     }
 }
