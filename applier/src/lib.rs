@@ -16,6 +16,7 @@ mod history;
 pub mod intake;
 pub mod keys;
 pub mod latency;
+pub mod node;
 mod periodic;
 pub mod priority;
 pub mod retention;
