@@ -481,6 +481,34 @@ pub fn prometheus(text: String) -> Response {
         .into_response()
 }
 
+/// A `?tablet=T` parameter (`None`: all tablets); a malformed id is a 400 naming it.
+pub fn parse_tablet(tablet: Option<&str>) -> Result<Option<tidelog_wal::TabletId>, ApiError> {
+    tablet
+        .map(|t| {
+            t.parse::<tidelog_wal::TabletId>()
+                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
+        })
+        .transpose()
+}
+
+/// The end of a daemon's graceful stop, once its data path stopped: stops the admin
+/// server, lets it finish its requests and remove the socket (5 s at most), and returns
+/// the admin server's own failure, if it was what ended the daemon.
+pub async fn wind_down(
+    stop: &StopSignal,
+    admin_failed: Option<anyhow::Error>,
+    admin_task: tokio::task::JoinHandle<Result<()>>,
+) -> Result<()> {
+    stop.stop();
+    if let Some(e) = admin_failed {
+        return Err(e);
+    }
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), admin_task).await {
+        tracing::warn!("admin API: {e:#}");
+    }
+    Ok(())
+}
+
 /// Parses a query or path value the API takes as a hybrid time (decimal u64).
 pub fn parse_ht(field: &str, s: &str) -> Result<u64, ApiError> {
     s.trim().parse::<u64>().map_err(|_| {

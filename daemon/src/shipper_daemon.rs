@@ -13,7 +13,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tidelog_shipper::io::IoChoice;
 use tidelog_shipper::{Shipper, ShipperOptions, TlsMaterial};
-use tidelog_wal::TabletId;
 
 use crate::admin::{self, ApiError, ApiQuery};
 use crate::config::{self, IoEngine, ShipperConfig};
@@ -159,16 +158,7 @@ async fn serve(cfg: ShipperConfig, tls: certs::Material) -> Result<()> {
     notify::status("stopping: recording acked positions, closing QUIC");
     let s2 = shipper.clone();
     tokio::task::spawn_blocking(move || s2.shutdown()).await?;
-    stop.stop();
-    if let Some(e) = admin_failed {
-        return Err(e);
-    }
-    // Let the admin server finish its requests and remove the socket.
-    if let Ok(Ok(Err(e))) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
-    {
-        tracing::warn!("admin API: {e:#}");
-    }
+    admin::wind_down(&stop, admin_failed, admin_task).await?;
     tracing::info!("shipper stopped");
     Ok(())
 }
@@ -208,14 +198,7 @@ struct TabletQuery {
 }
 
 fn set_paused(s: &Shipper, q: &TabletQuery, paused: bool) -> Result<Json<Value>, ApiError> {
-    let t = q
-        .tablet
-        .as_deref()
-        .map(|t| {
-            t.parse::<TabletId>()
-                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
-        })
-        .transpose()?;
+    let t = admin::parse_tablet(q.tablet.as_deref())?;
     // An unknown tablet is a bad request (404 is for an unknown route); the message
     // names it: "unknown tablet T".
     s.set_paused(t.as_ref(), paused)

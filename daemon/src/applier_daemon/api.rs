@@ -369,14 +369,7 @@ async fn set_paused(
     q: &TabletQuery,
     paused: bool,
 ) -> Result<Json<Value>, ApiError> {
-    let t = q
-        .tablet
-        .as_deref()
-        .map(|t| {
-            t.parse::<TabletId>()
-                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
-        })
-        .transpose()?;
+    let t = admin::parse_tablet(q.tablet.as_deref())?;
     call(s, move |a| a.pause(t.as_ref(), paused)).await?;
     Ok(Json(json!({"ok": true})))
 }

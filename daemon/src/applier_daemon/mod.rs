@@ -165,16 +165,7 @@ async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
     }
     notify::status("stopping: writing queued frames");
     applier.shutdown().await?;
-    stop.stop();
-    if let Some(e) = admin_failed {
-        return Err(e);
-    }
-    // Let the admin server finish its requests and remove the socket.
-    if let Ok(Ok(Err(e))) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
-    {
-        tracing::warn!("admin API: {e:#}");
-    }
+    admin::wind_down(&stop, admin_failed, admin_task).await?;
     tracing::info!("applier stopped");
     Ok(())
 }
