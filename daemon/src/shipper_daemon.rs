@@ -120,13 +120,14 @@ async fn serve(cfg: ShipperConfig, tls: certs::Material) -> Result<()> {
     let stopped = || stop.stopped();
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
-    let (st, admin_stop) = (shipper.clone(), stopped());
+    let state = ShipperState::new(shipper.clone());
+    let (st, admin_stop) = (state.clone(), stopped());
     let mut admin_task =
         tokio::spawn(
             async move { admin::serve_bound(listener, &socket, router(st), admin_stop).await },
         );
     if let Some(addr) = cfg.metrics_listen {
-        let r = metrics::metrics_only(get(metrics), shipper.clone());
+        let r = metrics::metrics_only(get(metrics), state.clone());
         metrics::serve_tcp(addr, r, stopped()).await?;
     }
     // READY=1 once every lane's first connection attempt has ended (or timed out here).
@@ -163,7 +164,31 @@ async fn serve(cfg: ShipperConfig, tls: certs::Material) -> Result<()> {
     Ok(())
 }
 
-fn router(s: Arc<Shipper>) -> Router {
+/// What the admin handlers read: the shipper, and its metric families registered once.
+#[derive(Debug, Clone)]
+struct ShipperState {
+    shipper: Arc<Shipper>,
+    registry: Arc<prometheus_client::registry::Registry>,
+}
+
+impl ShipperState {
+    fn new(shipper: Arc<Shipper>) -> ShipperState {
+        let mut registry = prometheus_client::registry::Registry::default();
+        tidelog_shipper::metrics::register(shipper.clone(), &mut registry);
+        ShipperState {
+            shipper,
+            registry: Arc::new(registry),
+        }
+    }
+}
+
+impl axum::extract::FromRef<ShipperState> for Arc<Shipper> {
+    fn from_ref(s: &ShipperState) -> Arc<Shipper> {
+        s.shipper.clone()
+    }
+}
+
+fn router(s: ShipperState) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/pause", post(pause))
@@ -220,6 +245,7 @@ async fn resume(
     set_paused(&s, &q, false)
 }
 
-async fn metrics(State(s): State<Arc<Shipper>>) -> axum::response::Response {
-    admin::prometheus(metrics::shipper(&s))
+/// `GET /metrics` (atomics only: cheap enough to encode on the runtime).
+async fn metrics(State(s): State<ShipperState>) -> axum::response::Response {
+    admin::prometheus(metrics::exposition(&s.registry))
 }

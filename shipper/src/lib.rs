@@ -15,6 +15,7 @@
 //! In-flight bytes per tablet are bounded by `window_bytes` on top of QUIC flow control.
 
 pub mod io;
+pub mod metrics;
 pub mod tail;
 pub mod tls;
 mod watch;
