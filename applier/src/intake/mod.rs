@@ -52,6 +52,7 @@ use bytes::Bytes;
 use tidelog_proto::intake::{Claims, Durable};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::frame_queue::FrameQueue;
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
@@ -585,7 +586,13 @@ impl Intake {
                     Ok(conn) => {
                         let id = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
                         lock(&shared.conns).insert(id, conn.clone());
-                        if let Err(e) = serve_connection(shared.clone(), conn, id).await {
+                        // Every line logged for this connection names it (and, once its
+                        // Hello is read, its shipper).
+                        let span = tracing::info_span!("conn", conn = id, %remote, shipper = tracing::field::Empty);
+                        let served = serve_connection(shared.clone(), conn, id)
+                            .instrument(span)
+                            .await;
+                        if let Err(e) = served {
                             tracing::info!(conn = id, %remote, "shipper connection ended: {e:#}");
                         }
                         lock(&shared.conns).remove(&id);

@@ -15,6 +15,7 @@ use tidelog_proto::wire::{self, Message, MsgKind, MSG_HEADER_LEN};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{HybridTime, TabletId, WalPos};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use super::{lock, now_ms, Shared, TabletIntake, TabletState, WriteReq};
 use crate::frame_queue::PushError;
@@ -254,6 +255,7 @@ async fn serve_control(
             anyhow::bail!("protocol: expected Hello on the control stream");
         };
         if first {
+            tracing::Span::current().record("shipper", h.shipper_id.as_str());
             tracing::info!(conn = conn_id, %remote, shipper = %h.shipper_id, lane = h.lane,
                 tablets = h.tablets.len(), "shipper connected");
             first = false;
@@ -317,11 +319,14 @@ async fn accept_tablet_streams(
     loop {
         let (send, recv) = conn.accept_bi().await?;
         let shared = shared.clone();
-        tokio::spawn(async move {
-            if let Err(e) = serve_tablet_stream(shared, send, recv, conn_id).await {
-                tracing::info!(conn = conn_id, "tablet stream ended: {e:#}");
+        tokio::spawn(
+            async move {
+                if let Err(e) = serve_tablet_stream(shared, send, recv, conn_id).await {
+                    tracing::info!(conn = conn_id, "tablet stream ended: {e:#}");
+                }
             }
-        });
+            .in_current_span(),
+        );
     }
 }
 
@@ -388,10 +393,14 @@ async fn serve_tablet_stream(
     send.write_all(&resume).await?;
     tracing::debug!(tablet = %tablet, conn = conn_id, from = %start.pos, "tablet stream open");
     let (etx, erx) = tokio::sync::mpsc::channel::<(&'static str, String)>(1);
-    let r = tokio::select! {
-        r = send_acks(&tablet, send, durable, gate, erx) => r,
-        r = receive_frames(&shared, &ti, recv, check, stream_id, conn_id, etx) => r,
-    };
+    let r = async {
+        tokio::select! {
+            r = send_acks(&tablet, send, durable, gate, erx) => r,
+            r = receive_frames(&shared, &ti, recv, check, stream_id, conn_id, etx) => r,
+        }
+    }
+    .instrument(tracing::info_span!("stream", tablet = %tablet))
+    .await;
     // Unless a newer connection (the shipper reconnected) has the tablet streaming by now.
     if ti.state() == TabletState::Streaming && shared.owned_by(&ti, conn_id) {
         ti.state

@@ -4,8 +4,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Tablet intake states, as shown in status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Tablet intake states, as shown in status (their names in snake_case).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
 #[repr(u8)]
 pub enum TabletState {
     /// Registered, no shipper connected.
@@ -27,38 +30,17 @@ pub enum TabletState {
 }
 
 impl TabletState {
-    /// Every state (the metrics export each).
-    pub const ALL: [TabletState; 7] = [
-        TabletState::Disconnected,
-        TabletState::Streaming,
-        TabletState::NeedsBootstrap,
-        TabletState::Failed,
-        TabletState::Paused,
-        TabletState::ClockSkew,
-        TabletState::DiskFull,
-    ];
+    /// Every state, in their numbering order (the metrics export each).
+    pub const ALL: &'static [TabletState] = <TabletState as strum::VariantArray>::VARIANTS;
 
+    /// `disconnected`, `streaming`, `needs_bootstrap`, … as status shows it.
     pub fn name(self) -> &'static str {
-        match self {
-            TabletState::Disconnected => "disconnected",
-            TabletState::Streaming => "streaming",
-            TabletState::NeedsBootstrap => "needs_bootstrap",
-            TabletState::Failed => "failed",
-            TabletState::Paused => "paused",
-            TabletState::ClockSkew => "clock_skew",
-            TabletState::DiskFull => "disk_full",
-        }
+        self.into()
     }
+
+    /// The state stored as `v` (`disconnected` for anything unknown).
     pub(super) fn from_u8(v: u8) -> TabletState {
-        match v {
-            1 => TabletState::Streaming,
-            2 => TabletState::NeedsBootstrap,
-            3 => TabletState::Failed,
-            4 => TabletState::Paused,
-            5 => TabletState::ClockSkew,
-            6 => TabletState::DiskFull,
-            _ => TabletState::Disconnected,
-        }
+        TabletState::from_repr(v).unwrap_or(TabletState::Disconnected)
     }
 }
 

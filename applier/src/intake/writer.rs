@@ -217,6 +217,7 @@ pub(super) fn writer_thread(
     sync: SyncPolicy,
 ) {
     let tablet = ti.tablet.clone();
+    let _span = tracing::info_span!("intake", tablet = %tablet).entered();
     let mut w = match w {
         Some(w) => w,
         None => match open_when_space(&ti, queue, &out, &log) {
