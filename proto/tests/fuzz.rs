@@ -28,7 +28,7 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use tidelog_proto::wire::{self, Message, MsgHeader, MsgKind, WireError};
 use tidelog_wal::verify::verify_records;
-use tidelog_wal::{hash, Body, HybridTime, Record, WalPos};
+use tidelog_wal::{hash, HybridTime, WalPos};
 use zerocopy::IntoBytes;
 
 fuzz_tests! {
@@ -37,24 +37,6 @@ fuzz_tests! {
     wire_round_trip: 300;
     wire_mutated_messages: 500;
     wire_data_checksum_in_pieces: 300;
-}
-
-/// Records placed one after another from `first`, with strictly increasing hts from `ht`.
-fn place(first: u64, ht: u64, bodies: Vec<Body>) -> (Vec<Record>, Vec<u8>) {
-    let mut out = Vec::new();
-    let mut recs = Vec::new();
-    for (i, body) in bodies.into_iter().enumerate() {
-        let r = Record::new(HybridTime(ht + i as u64), body);
-        out.extend(r.encode(WalPos(first + out.len() as u64)).unwrap());
-        recs.push(r);
-    }
-    (recs, out)
-}
-
-fn message_text(e: &impl std::fmt::Display) -> Result<String, TestCaseError> {
-    let s = e.to_string();
-    prop_assert!(!s.trim().is_empty(), "an error without a message");
-    Ok(s)
 }
 
 // ---- wire ----------------------------------------------------------------------------------

@@ -62,18 +62,6 @@ fn tablet() -> TabletId {
     "fz".parse().unwrap()
 }
 
-/// Records placed one after another from `first`, with strictly increasing hts from `ht`.
-fn place(first: u64, ht: u64, bodies: Vec<Body>) -> (Vec<Record>, Vec<u8>) {
-    let mut out = Vec::new();
-    let mut recs = Vec::new();
-    for (i, body) in bodies.into_iter().enumerate() {
-        let r = Record::new(HybridTime(ht + i as u64), body);
-        out.extend(r.encode(WalPos(first + out.len() as u64)).unwrap());
-        recs.push(r);
-    }
-    (recs, out)
-}
-
 /// The records a reader of `area` (records from position `first`) finds before the first
 /// invalid one, and where they end.
 fn valid_prefix(area: &[u8], first: u64) -> (Vec<Record>, usize) {
@@ -87,12 +75,6 @@ fn valid_prefix(area: &[u8], first: u64) -> (Vec<Record>, usize) {
         off += len;
     }
     (recs, off)
-}
-
-fn message_text(e: &impl std::fmt::Display) -> Result<String, TestCaseError> {
-    let s = e.to_string();
-    prop_assert!(!s.trim().is_empty(), "an error without a message");
-    Ok(s)
 }
 
 // ---- record walks ------------------------------------------------------------------------
