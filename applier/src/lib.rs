@@ -3,8 +3,6 @@
 //! `trx_status` and cutover.
 
 pub mod apply;
-pub mod binlog;
-mod bloom;
 pub mod consistency;
 pub mod core;
 pub mod cutover;
@@ -12,7 +10,6 @@ pub mod disk;
 mod doorbell;
 pub mod error;
 mod frame_queue;
-mod history;
 pub mod intake;
 pub mod keys;
 pub mod latency;
@@ -21,6 +18,6 @@ pub mod priority;
 pub mod retention;
 mod seq_wait;
 pub mod store;
+pub use store::binlog;
 pub mod tls;
 pub mod trx;
-mod write_buffer;

@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 
 use tidelog_wal::{HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
+use super::binlog::{Binlog, TrxOpen};
 use super::{
     ApplyOutcome, Cutover, CutoverReport, Durability, IntentRef, OpenStore, Part, Rebuilt,
     RetentionFloor, Role, StoreMemory, StoreOptions, TabletMeta, TxnState, Version, WORKER_THREAD,
 };
-use crate::binlog::{Binlog, TrxOpen};
 use crate::disk::{self, Backoff, DiskFull};
 use crate::error::{Error, Result};
 

@@ -33,27 +33,31 @@ use tidelog_wal::{
     Body, Gtid, HybridTime, ReadLimit, Reader, Record, TabletId, TrxId, TxnId, WalPos,
 };
 
-use crate::binlog::{self, Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
-use crate::bloom::IdFilter;
 use crate::error::{Error, Result};
-use crate::history::HistoryFactory;
 use crate::keys;
-use crate::write_buffer::WriteBuffer;
+use binlog::{Binlog, BinlogEntry, OpenEdits, OpenKind, TrxOpen};
+use bloom::IdFilter;
+use history::HistoryFactory;
+use write_buffer::WriteBuffer;
 
+pub mod binlog;
+mod bloom;
+mod history;
 mod reopen;
+mod write_buffer;
 pub use reopen::{BinlogRef, Store, REOPEN_MIN_FREE};
 
 /// The default block cache: 256 MiB (fjall's own default is 32 MiB).
 pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 
-pub use crate::write_buffer::{WriteBufferStats, DEFAULT_WRITE_BUFFER_SIZE, MIN_WRITE_BUFFER_SIZE};
+pub use write_buffer::{WriteBufferStats, DEFAULT_WRITE_BUFFER_SIZE, MIN_WRITE_BUFFER_SIZE};
 
 /// How the store is opened: its memory (see `STORE.md`, "Memory").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
     /// The block cache, shared by every keyspace (`cache-size`).
     pub cache_size: u64,
-    /// The bound on all memtables together (`write-buffer-size`, [`crate::write_buffer`]).
+    /// The bound on all memtables together (`write-buffer-size`, [`write_buffer`]).
     pub write_buffer_size: u64,
 }
 
@@ -301,7 +305,7 @@ pub struct OpenStore {
     /// The cutover's cut (0: none). Every read is capped at it.
     cut: std::sync::atomic::AtomicU64,
     /// `global/binlog_horizon`, cached (raised only by `expire_binlog`); shared with the
-    /// `mvcc` history filter ([`crate::history`]).
+    /// `mvcc` history filter ([`history`]).
     horizon: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Serializes read-modify-write of `txns` and `meta`, and guards the cache of unresolved
     /// transactions: every undecided one and every committed one not applied everywhere,

@@ -28,10 +28,10 @@ use std::time::{Duration, SystemTime};
 use fjall::{Keyspace, OwnedWriteBatch};
 use tidelog_wal::{Gtid, HybridTime, TabletId, TrxId, TxnId};
 
+use super::{put_tablet, Cur, Store};
 use crate::consistency::Consistency;
 use crate::error::{Error, Result};
 use crate::periodic::Periodic;
-use crate::store::{put_tablet, Cur, Store};
 
 /// Keyspace names.
 pub const BINLOG: &str = "binlog";
