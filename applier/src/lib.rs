@@ -3,6 +3,7 @@
 //! `trx_status` and cutover.
 
 pub mod apply;
+pub mod binlog;
 pub mod consistency;
 pub mod core;
 pub mod cutover;
@@ -18,6 +19,5 @@ pub mod priority;
 pub mod retention;
 mod seq_wait;
 pub mod store;
-pub use store::binlog;
 pub mod tls;
 pub mod trx;

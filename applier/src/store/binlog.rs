@@ -10,7 +10,7 @@
 //!  open_aborts  BE ht ‖ trx key                      → ``  (aborted trx_open entries by time)
 //! ```
 //!
-//! Entries are written by [`crate::store::Store::apply`] in the same atomic batch as the
+//! Entries are written by the store's apply (`batch.rs`) into the same atomic batch as the
 //! records that carry them, so the binlog can neither lose nor repeat a commit across a
 //! crash. An entry is **visible** once the published safe time is ≥ its `commit_ht`; readers
 //! cap at safe time, so "appended as safe time passes it" needs no second write. A trx id
@@ -23,79 +23,22 @@
 //! horizon kept in `meta`.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use fjall::{Keyspace, OwnedWriteBatch};
 use tidelog_wal::{Gtid, HybridTime, TabletId, TrxId, TxnId};
 
-use super::{put_tablet, Cur, Store};
-use crate::consistency::Consistency;
+pub use super::codec::{
+    decode_commit, decode_entry, decode_gtid, decode_open, encode_commit, encode_entry,
+    encode_gtid, encode_open,
+};
+pub use super::schema::{
+    binlog_key, decode_open_abort_key, gtid_key, open_abort_key, trx_key, BINLOG, GTID,
+    OPEN_ABORTS, TRX, TRX_OPEN,
+};
+pub use super::types::{BinlogEntry, GtidEntry, OpenKind, TrxCommit, TrxOpen};
 use crate::error::{Error, Result};
-use crate::periodic::Periodic;
 
-/// Keyspace names.
-pub const BINLOG: &str = "binlog";
-pub const TRX: &str = "trx";
-pub const TRX_OPEN: &str = "trx_open";
-pub const GTID: &str = "gtid";
-pub const OPEN_ABORTS: &str = "open_aborts";
-
-const VERSION: u8 = 1;
-const F_TRX: u8 = 1;
-const F_GTID: u8 = 2;
-const F_TXN: u8 = 4;
-
-/// One commit in the binlog.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BinlogEntry {
-    pub commit_ht: HybridTime,
-    /// The tablet whose log carried the commit (`write` or `commit` record).
-    pub tablet: TabletId,
-    pub trx_id: Option<TrxId>,
-    pub gtid: Option<Gtid>,
-    /// The distributed transaction, for a `commit`; `None` for a single-tablet `write`.
-    pub txn: Option<TxnId>,
-    /// The tablets the commit wrote: the participants, or the carrier for a `write`.
-    pub tablets: Vec<TabletId>,
-}
-
-/// What the `trx` index says about a committed trx id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TrxCommit {
-    pub commit_ht: HybridTime,
-    pub tablet: TabletId,
-    pub gtid: Option<Gtid>,
-    pub txn: Option<TxnId>,
-}
-
-/// An undecided or aborted transaction of a trx id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenKind {
-    /// Intents received, no decision yet.
-    Pending,
-    /// An `abort` was received.
-    Aborted,
-}
-
-/// The newest `trx_open` entry of a trx id.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TrxOpen {
-    pub ht: HybridTime,
-    pub kind: OpenKind,
-    pub txn: TxnId,
-    pub tablet: TabletId,
-}
-
-/// What the `gtid` index says about one gtid.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GtidEntry {
-    pub gtid: Gtid,
-    pub commit_ht: HybridTime,
-    pub tablet: TabletId,
-    pub trx_id: Option<TrxId>,
-}
-
-/// The binlog keyspaces of one store ([`crate::store::Store::binlog`]).
+/// The binlog keyspaces of one store ([`super::Store::binlog`]).
 #[derive(Clone)]
 pub struct Binlog {
     pub(crate) binlog: Keyspace,
@@ -118,247 +61,10 @@ impl std::fmt::Debug for Binlog {
     }
 }
 
-// Keys and value codecs: public, like the store's, so that each can be driven on its own
-// (the fuzz tests in `tests/fuzz.rs`).
-
-pub fn binlog_key(commit_ht: HybridTime, tablet: &TabletId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(8 + tablet.as_str().len());
-    k.extend_from_slice(&commit_ht.0.to_be_bytes());
-    k.extend_from_slice(tablet.as_str().as_bytes());
-    k
-}
-
-pub fn trx_key(t: TrxId) -> [u8; 16] {
-    let mut k = [0u8; 16];
-    k[..8].copy_from_slice(&t.connect_id.to_be_bytes());
-    k[8..].copy_from_slice(&t.commit_counter.to_be_bytes());
-    k
-}
-
-pub fn gtid_key(domain: u32, seq: u64) -> [u8; 12] {
-    let mut k = [0u8; 12];
-    k[..4].copy_from_slice(&domain.to_be_bytes());
-    k[4..].copy_from_slice(&seq.to_be_bytes());
-    k
-}
-
-fn put_trx(out: &mut Vec<u8>, t: TrxId) {
-    out.extend_from_slice(&t.connect_id.to_le_bytes());
-    out.extend_from_slice(&t.commit_counter.to_le_bytes());
-}
-
-fn put_gtid(out: &mut Vec<u8>, g: Gtid) {
-    out.extend_from_slice(&g.domain.to_le_bytes());
-    out.extend_from_slice(&g.server.to_le_bytes());
-    out.extend_from_slice(&g.seq.to_le_bytes());
-}
-
-fn get_trx(c: &mut Cur<'_>) -> Result<TrxId, String> {
-    Ok(TrxId::new(
-        c.u64("trx_id.connect_id")?,
-        c.u64("trx_id.commit_counter")?,
-    ))
-}
-
-fn get_gtid(c: &mut Cur<'_>) -> Result<Gtid, String> {
-    Ok(Gtid::new(
-        c.u32("gtid.domain")?,
-        c.u32("gtid.server")?,
-        c.u64("gtid.seq")?,
-    ))
-}
-
-fn get_txn(c: &mut Cur<'_>) -> Result<TxnId, String> {
-    let b = c.take(16, "txn")?;
-    let mut id = [0u8; 16];
-    id.copy_from_slice(b);
-    Ok(TxnId(id))
-}
-
-fn flags_of(trx: bool, gtid: bool, txn: bool) -> u8 {
-    (if trx { F_TRX } else { 0 }) | (if gtid { F_GTID } else { 0 }) | (if txn { F_TXN } else { 0 })
-}
-
-fn header(c: &mut Cur<'_>, allowed: u8) -> Result<u8, String> {
-    let v = c.u8("version")?;
-    if v != VERSION {
-        return Err(format!("unknown format version {v}"));
-    }
-    let f = c.u8("flags")?;
-    if f & !allowed != 0 {
-        return Err(format!("unknown flags {f:#04x}"));
-    }
-    Ok(f)
-}
-
-pub fn encode_entry(e: &BinlogEntry) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(64);
-    out.push(VERSION);
-    out.push(flags_of(
-        e.trx_id.is_some(),
-        e.gtid.is_some(),
-        e.txn.is_some(),
-    ));
-    if let Some(t) = e.trx_id {
-        put_trx(&mut out, t);
-    }
-    if let Some(g) = e.gtid {
-        put_gtid(&mut out, g);
-    }
-    if let Some(x) = e.txn {
-        out.extend_from_slice(&x.0);
-    }
-    let n = u16::try_from(e.tablets.len())
-        .map_err(|_| Error::Invalid(format!("{} tablets in one commit", e.tablets.len())))?;
-    out.extend_from_slice(&n.to_le_bytes());
-    for t in &e.tablets {
-        put_tablet(&mut out, t);
-    }
-    Ok(out)
-}
-
-/// The tablet id a binlog or `trx_open` key ends with.
-fn key_tablet(b: &[u8]) -> Result<TabletId, String> {
-    std::str::from_utf8(b)
-        .ok()
-        .and_then(|s| s.parse::<TabletId>().ok())
-        .ok_or_else(|| "key does not end in a valid tablet id".to_string())
-}
-
 /// A stored `binlog` entry, or the corruption error naming its key.
 fn decode_stored(key: &[u8], v: &[u8]) -> Result<BinlogEntry> {
     decode_entry(key, v)
         .map_err(|r| Error::corrupt(BINLOG, format!("key {}", key.escape_ascii()), r))
-}
-
-pub fn decode_entry(key: &[u8], v: &[u8]) -> Result<BinlogEntry, String> {
-    let (ht, tablet) = key
-        .split_first_chunk::<8>()
-        .ok_or_else(|| format!("key of {} bytes, expected at least 9", key.len()))?;
-    let tablet = key_tablet(tablet)?;
-    let mut c = Cur::new(v);
-    let f = header(&mut c, F_TRX | F_GTID | F_TXN)?;
-    let trx_id = (f & F_TRX != 0).then(|| get_trx(&mut c)).transpose()?;
-    let gtid = (f & F_GTID != 0).then(|| get_gtid(&mut c)).transpose()?;
-    let txn = (f & F_TXN != 0).then(|| get_txn(&mut c)).transpose()?;
-    let n = c.u16("tablet count")?;
-    let tablets = (0..n)
-        .map(|_| c.tablet("tablet"))
-        .collect::<Result<Vec<_>, _>>()?;
-    c.end()?;
-    Ok(BinlogEntry {
-        commit_ht: HybridTime(u64::from_be_bytes(*ht)),
-        tablet,
-        trx_id,
-        gtid,
-        txn,
-        tablets,
-    })
-}
-
-pub fn encode_commit(e: &BinlogEntry) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64);
-    out.push(VERSION);
-    out.push(flags_of(false, e.gtid.is_some(), e.txn.is_some()));
-    out.extend_from_slice(&e.commit_ht.0.to_le_bytes());
-    put_tablet(&mut out, &e.tablet);
-    if let Some(g) = e.gtid {
-        put_gtid(&mut out, g);
-    }
-    if let Some(x) = e.txn {
-        out.extend_from_slice(&x.0);
-    }
-    out
-}
-
-pub fn decode_commit(v: &[u8]) -> Result<TrxCommit, String> {
-    let mut c = Cur::new(v);
-    let f = header(&mut c, F_GTID | F_TXN)?;
-    let commit_ht = HybridTime(c.u64("commit_ht")?);
-    let tablet = c.tablet("carrier tablet")?;
-    let gtid = (f & F_GTID != 0).then(|| get_gtid(&mut c)).transpose()?;
-    let txn = (f & F_TXN != 0).then(|| get_txn(&mut c)).transpose()?;
-    c.end()?;
-    Ok(TrxCommit {
-        commit_ht,
-        tablet,
-        gtid,
-        txn,
-    })
-}
-
-pub fn encode_gtid(e: &BinlogEntry, g: Gtid) -> Vec<u8> {
-    let mut out = Vec::with_capacity(48);
-    out.push(VERSION);
-    out.push(flags_of(e.trx_id.is_some(), false, false));
-    out.extend_from_slice(&g.server.to_le_bytes());
-    out.extend_from_slice(&e.commit_ht.0.to_le_bytes());
-    put_tablet(&mut out, &e.tablet);
-    if let Some(t) = e.trx_id {
-        put_trx(&mut out, t);
-    }
-    out
-}
-
-pub fn decode_gtid(key: &[u8], v: &[u8]) -> Result<GtidEntry, String> {
-    let k: [u8; 12] = key
-        .try_into()
-        .map_err(|_| format!("key of {} bytes, expected 12", key.len()))?;
-    let (d, s) = k.split_at(4);
-    let domain = u32::from_be_bytes(d.try_into().map_err(|_| "domain")?);
-    let seq = u64::from_be_bytes(s.try_into().map_err(|_| "seq")?);
-    let mut c = Cur::new(v);
-    let f = header(&mut c, F_TRX)?;
-    let server = c.u32("server")?;
-    let commit_ht = HybridTime(c.u64("commit_ht")?);
-    let tablet = c.tablet("carrier tablet")?;
-    let trx_id = (f & F_TRX != 0).then(|| get_trx(&mut c)).transpose()?;
-    c.end()?;
-    Ok(GtidEntry {
-        gtid: Gtid::new(domain, server, seq),
-        commit_ht,
-        tablet,
-        trx_id,
-    })
-}
-
-const OPEN_PENDING: u8 = 1;
-const OPEN_ABORTED: u8 = 2;
-
-pub fn encode_open(o: &TrxOpen) -> Vec<u8> {
-    let mut out = Vec::with_capacity(36);
-    out.push(VERSION);
-    out.push(match o.kind {
-        OpenKind::Pending => OPEN_PENDING,
-        OpenKind::Aborted => OPEN_ABORTED,
-    });
-    out.extend_from_slice(&o.ht.0.to_le_bytes());
-    put_tablet(&mut out, &o.tablet);
-    out.extend_from_slice(&o.txn.0);
-    out
-}
-
-pub fn decode_open(v: &[u8]) -> Result<TrxOpen, String> {
-    let mut c = Cur::new(v);
-    let ver = c.u8("version")?;
-    if ver != VERSION {
-        return Err(format!("unknown format version {ver}"));
-    }
-    let kind = match c.u8("kind")? {
-        OPEN_PENDING => OpenKind::Pending,
-        OPEN_ABORTED => OpenKind::Aborted,
-        k => return Err(format!("unknown kind {k}")),
-    };
-    let ht = HybridTime(c.u64("ht")?);
-    let tablet = c.tablet("tablet")?;
-    let txn = get_txn(&mut c)?;
-    c.end()?;
-    Ok(TrxOpen {
-        ht,
-        kind,
-        txn,
-        tablet,
-    })
 }
 
 /// The `trx_open` changes of one apply batch, by trx id (`None`: remove). Reads see them
@@ -719,75 +425,6 @@ impl Binlog {
     }
 }
 
-/// `open_aborts` key: `BE ht ‖ trx key`.
-pub fn open_abort_key(ht: HybridTime, t: TrxId) -> Vec<u8> {
-    let mut k = Vec::with_capacity(24);
-    k.extend_from_slice(&ht.0.to_be_bytes());
-    k.extend_from_slice(&trx_key(t));
-    k
-}
-
-pub fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
-    let ht = u64::from_be_bytes(k.get(..8)?.try_into().ok()?);
-    let c = u64::from_be_bytes(k.get(8..16)?.try_into().ok()?);
-    let n = u64::from_be_bytes(k.get(16..24)?.try_into().ok()?);
-    (k.len() == 24).then(|| (HybridTime(ht), TrxId::new(c, n)))
-}
-
-/// Binlog retention (`binlog-retention`): a thread that removes entries whose `commit_ht`
-/// is older than the retention (and below safe time), in batches, every tenth of the
-/// retention (between 100 ms and 1 min). Stops when dropped.
-#[derive(Debug)]
-pub struct Retention {
-    /// Held for its `Drop`: stops and joins the thread.
-    _thread: Periodic,
-}
-
-/// Entries removed per store batch by retention.
-const EXPIRE_BATCH: usize = 10_000;
-
-impl Retention {
-    pub fn start(
-        store: Arc<Store>,
-        consistency: Arc<Consistency>,
-        retention: Duration,
-    ) -> Result<Retention> {
-        let every = (retention / 10).clamp(Duration::from_millis(100), Duration::from_secs(60));
-        let p = Periodic::start("binlog-retention", every, move || {
-            let Some(safe) = consistency.safe_time() else {
-                return;
-            };
-            // A retention reaching before the epoch keeps everything.
-            let horizon = SystemTime::now()
-                .checked_sub(retention)
-                .map_or(HybridTime::MIN, HybridTime::from_system_time);
-            let before = horizon.min(safe.next());
-            loop {
-                match store.expire_binlog(before, EXPIRE_BATCH) {
-                    Ok((n, done)) => {
-                        if n > 0 {
-                            tracing::debug!(removed = n, %before, "binlog retention");
-                        }
-                        if done {
-                            break;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::error!("binlog retention: {e}");
-                        break;
-                    }
-                }
-            }
-        })
-        .map_err(|source| Error::Io {
-            op: "spawn the binlog retention thread",
-            path: Default::default(),
-            source,
-        })?;
-        Ok(Retention { _thread: p })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -844,13 +481,5 @@ mod tests {
         bad[1] = 0x80;
         assert!(decode_entry(&k, &bad).unwrap_err().contains("flags"));
         assert!(decode_open(&[1, 9]).unwrap_err().contains("kind"));
-    }
-
-    #[test]
-    fn keys_sort_by_commit_ht() {
-        let a = binlog_key(HybridTime(5), &t("z"));
-        let b = binlog_key(HybridTime(6), &t("a"));
-        assert!(a < b);
-        assert!(gtid_key(1, u64::MAX) < gtid_key(2, 0));
     }
 }
