@@ -619,6 +619,21 @@ impl ApplyProgress {
     }
 }
 
+impl crate::consistency::Replaying for ApplyProgress {
+    fn tablet(&self) -> &TabletId {
+        ApplyProgress::tablet(self)
+    }
+    fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool {
+        ApplyProgress::wait_applied(self, pos, timeout)
+    }
+    fn is_running(&self) -> bool {
+        ApplyProgress::is_running(self)
+    }
+    fn fault(&self) -> Option<String> {
+        ApplyProgress::fault(self).map(|f| f.to_string())
+    }
+}
+
 /// The apply stage of one tablet, on a thread of its [`ApplyThreads`] group.
 #[derive(Debug)]
 pub struct ApplyWorker {
