@@ -26,6 +26,10 @@ pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// The name fjall gives its flush and compaction worker threads.
 pub const WORKER_THREAD: &str = "fjall:worker";
 
+/// Memtables recovered from the journal at least this large are flushed at once
+/// ([`Tables::flush_recovered_journal`]).
+const RECOVERED_FLUSH_MIN: u64 = 8 << 20;
+
 /// How the store is opened: its memory (see `STORE.md`, "Memory").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StoreOptions {
@@ -152,6 +156,31 @@ impl Tables {
             meta,
             write_buffer: WriteBuffer::new(opts.write_buffer_size),
         })
+    }
+
+    /// Sets the memtables that journal recovery refilled flushing in the background when
+    /// they are large. Until they are flushed, the next opening replays the same journal
+    /// again: an applier restarted over and over (a crash loop, SIGKILLs under load)
+    /// otherwise replayed ever more of it at each start, and its starts grew from about a
+    /// second to tens of seconds.
+    pub(super) fn flush_recovered_journal(&self) {
+        let recovered = self.db.write_buffer_size();
+        if recovered < RECOVERED_FLUSH_MIN {
+            return;
+        }
+        let mut sealed = 0;
+        for (name, ks) in self.keyspaces() {
+            match ks.rotate_memtable() {
+                Ok(true) => sealed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(keyspace = name, "sealing a recovered memtable: {e}"),
+            }
+        }
+        tracing::info!(
+            recovered_bytes = recovered,
+            sealed,
+            "memtables recovered from the journal are being flushed"
+        );
     }
 
     pub(super) fn batch(&self) -> OwnedWriteBatch {

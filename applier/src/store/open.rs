@@ -122,6 +122,7 @@ impl OpenStore {
                 "unresolved transactions rebuilt from the received logs"
             );
         }
+        store.tables.flush_recovered_journal();
         Ok(store)
     }
 
