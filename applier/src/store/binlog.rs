@@ -482,4 +482,12 @@ mod tests {
         assert!(decode_entry(&k, &bad).unwrap_err().contains("flags"));
         assert!(decode_open(&[1, 9]).unwrap_err().contains("kind"));
     }
+
+    #[test]
+    fn keys_sort_by_commit_ht() {
+        let a = binlog_key(HybridTime(5), &t("z"));
+        let b = binlog_key(HybridTime(6), &t("a"));
+        assert!(a < b);
+        assert!(gtid_key(1, u64::MAX) < gtid_key(2, 0));
+    }
 }

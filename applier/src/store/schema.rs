@@ -186,21 +186,3 @@ pub fn decode_open_abort_key(k: &[u8]) -> Option<(HybridTime, TrxId)> {
     let k = OpenAbortKey::ref_from_bytes(k).ok()?;
     Some((HybridTime(k.ht.get()), k.trx.get()))
 }
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn t(s: &str) -> TabletId {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn keys_sort_by_commit_ht() {
-        let a = binlog_key(HybridTime(5), &t("z"));
-        let b = binlog_key(HybridTime(6), &t("a"));
-        assert!(a < b);
-        assert!(gtid_key(1, u64::MAX) < gtid_key(2, 0));
-    }
-}

@@ -7,8 +7,9 @@ use std::path::Path;
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TrxId, TxnId, WalPos};
 
+use super::codec::{decode_tablet_meta, decode_txn, encode_tablet_meta, encode_txn};
 use super::open::OpenStore;
-use super::types::{Durability, IntentRef, OpenKind, Part, Role};
+use super::types::{CommitInfo, Durability, IntentRef, OpenKind, Part, Role, TabletMeta, TxnState};
 use super::StoreOptions;
 use crate::error::{Error, Result};
 use crate::keys;
@@ -610,6 +611,46 @@ fn corrupt_values_are_named_errors() {
     drop(s);
     let e = Store::open(dir.path()).unwrap_err().to_string();
     assert!(e.contains("tablet a in keyspace meta"), "{e}");
+}
+
+#[test]
+fn txn_and_meta_encodings_roundtrip() {
+    let mut st = TxnState {
+        aborted: true,
+        trx_id: Some(TrxId::new(1, u64::MAX)),
+        gtid: Some(Gtid::new(u32::MAX, 2, 3)),
+        commit: Some(CommitInfo {
+            commit_ht: HybridTime(77),
+            tablet: t("s"),
+            pos: WalPos(123),
+            participants: vec![t("a"), t("b")],
+        }),
+        ..TxnState::default()
+    };
+    st.intents.insert(
+        t("a"),
+        vec![IntentRef {
+            pos: WalPos(1),
+            ht: HybridTime(2),
+        }],
+    );
+    let enc = encode_txn(&st).unwrap();
+    assert_eq!(decode_txn(&enc).unwrap(), st);
+    for cut in 0..enc.len() {
+        assert!(decode_txn(&enc[..cut]).is_err());
+    }
+    let m = TabletMeta {
+        applied_pos: WalPos(9),
+        safe_time: HybridTime(10),
+        registered: true,
+        owner: Some("o".into()),
+        applied_records: 42,
+    };
+    let enc = encode_tablet_meta(&m).unwrap();
+    assert_eq!(decode_tablet_meta(&enc).unwrap(), m);
+    for cut in 0..enc.len() {
+        assert!(decode_tablet_meta(&enc[..cut]).is_err());
+    }
 }
 
 #[test]
