@@ -4,7 +4,7 @@
 //!
 //! Applying reads a received log twice: once in order up to the tablet's apply position,
 //! and again by position for the intents of a transaction whose commit makes that tablet's
-//! part ready later (`apply.rs`, `apply_ready_parts`). And opening the store reads the
+//! part ready later (`apply/tablet.rs`, `apply_ready_parts`). And opening the store reads the
 //! retained part again, to rebuild the unresolved transactions, whose intents are stored
 //! nowhere else (`Store::rebuild_unresolved`). So everything below
 //!

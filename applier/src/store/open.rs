@@ -162,7 +162,7 @@ impl OpenStore {
     }
 
     /// Loads the `trx_status` look-up keyspaces into the block cache (see
-    /// [`Tables::warm_lookup_cache`]); stops early once `stop` is set.
+    /// `Tables::warm_lookup_cache`); stops early once `stop` is set.
     pub fn warm_lookup_cache(&self, stop: &AtomicBool) -> Result<u64> {
         self.tables.warm_lookup_cache(stop)
     }
@@ -235,7 +235,7 @@ impl OpenStore {
     }
 
     /// Raises the persisted global safe time to `ht` (never lowers it); returns the stored
-    /// value afterwards (see [`Meta::raise_global_safe_time`]).
+    /// value afterwards (see `Meta::raise_global_safe_time`).
     pub fn raise_global_safe_time(
         &self,
         ht: HybridTime,
@@ -269,13 +269,13 @@ impl OpenStore {
     }
 
     /// Retention: removes up to `max` binlog entries with `commit_ht < before` (see
-    /// [`Prune::expire_binlog`]).
+    /// `Prune::expire_binlog`).
     pub fn expire_binlog(&self, before: HybridTime, max: usize) -> Result<(usize, bool)> {
         self.prune
             .expire_binlog(&self.tables, &self.txns, &self.meta, &self.bl, before, max)
     }
 
-    /// See [`Prune::set_floor`].
+    /// See `Prune::set_floor`.
     pub fn set_prune_floor(&self, ht: HybridTime) {
         self.prune.set_floor(ht)
     }
@@ -287,7 +287,7 @@ impl OpenStore {
         cutover::cutover(&self.meta)
     }
 
-    /// Phase 1 of a cutover (see [`Cut::begin`]).
+    /// Phase 1 of a cutover (see `Cut::begin`).
     pub fn begin_cutover(&self, cut: HybridTime, cut_time_us: u64) -> Result<Cutover> {
         self.cut
             .begin(&self.tables, &self.txns, &self.meta, cut, cut_time_us)
@@ -298,7 +298,7 @@ impl OpenStore {
         cutover::save_report(&self.tables, &self.txns, &self.meta, report)
     }
 
-    /// One step of the cutover's clean-up (see [`cutover::cleanup_step`]).
+    /// One step of the cutover's clean-up (see `cutover::cleanup_step`).
     pub fn cutover_cleanup_step(&self, max_scanned: usize) -> Result<(usize, usize, bool)> {
         cutover::cleanup_step(&self.tables, &self.txns, &self.meta, max_scanned)
     }
@@ -310,12 +310,12 @@ impl OpenStore {
 
     // ---- transactions ----------------------------------------------------------------------
 
-    /// What the store knows about `txn` (see [`Txns::txn_state`]).
+    /// What the store knows about `txn` (see `Txns::txn_state`).
     pub fn txn_state(&self, txn: &TxnId) -> Result<Option<TxnState>> {
         self.txns.txn_state(txn)
     }
 
-    /// For each of `txns`, its intent records on `tablet` (see [`Txns::intents_on`]).
+    /// For each of `txns`, its intent records on `tablet` (see `Txns::intents_on`).
     pub fn intents_on(
         &self,
         tablet: &TabletId,
@@ -324,7 +324,7 @@ impl OpenStore {
         self.txns.intents_on(tablet, txns)
     }
 
-    /// The newest undecided or aborted transaction of trx id `t` (see [`Txns::open_trx`]).
+    /// The newest undecided or aborted transaction of trx id `t` (see `Txns::open_trx`).
     pub fn open_trx(&self, t: TrxId) -> Result<Option<TrxOpen>> {
         self.txns.open_trx(&self.bl, t)
     }
@@ -340,20 +340,20 @@ impl OpenStore {
     }
 
     /// Committed transactions that may not be applied on every participant yet (see
-    /// [`Rebuild::pending_txns`]).
+    /// `Rebuild::pending_txns`).
     pub fn pending_txns(&self) -> Result<Vec<(TxnId, TxnState)>> {
         self.rebuild().pending_txns()
     }
 
     /// Per tablet, the lowest received-log position applying may still read (see
-    /// [`Rebuild::retention_floors`]).
+    /// `Rebuild::retention_floors`).
     pub fn retention_floors(&self) -> Result<Option<BTreeMap<TabletId, RetentionFloor>>> {
         self.rebuild().retention_floors()
     }
 
     // ---- apply -----------------------------------------------------------------------------
 
-    /// Whether the store can take `rec` (see [`batch::check_record`]).
+    /// Whether the store can take `rec` (see `batch::check_record`).
     pub fn check_record(tablet: &TabletId, pos: WalPos, rec: &Record) -> Result<()> {
         batch::check_record(tablet, pos, rec)
     }
@@ -364,7 +364,7 @@ impl OpenStore {
         self.txns.mark_cache_incomplete()
     }
 
-    /// Applies `records` of `tablet` in one atomic batch (see [`Writer::apply`]).
+    /// Applies `records` of `tablet` in one atomic batch (see `Writer::apply`).
     pub fn apply(
         &self,
         tablet: &TabletId,
@@ -394,7 +394,7 @@ impl OpenStore {
         Ok(self.apply_parts(tablet, std::slice::from_ref(&part), durability)? == 1)
     }
 
-    /// Several parts of `tablet` in one atomic batch (see [`Writer::apply_parts`]).
+    /// Several parts of `tablet` in one atomic batch (see `Writer::apply_parts`).
     pub fn apply_parts(
         &self,
         tablet: &TabletId,

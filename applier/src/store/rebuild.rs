@@ -20,7 +20,7 @@ use super::types::{
 };
 use crate::error::{Error, Result};
 
-/// What opening the store found in the retained received logs ([`Rebuild::unresolved`]).
+/// What opening the store found in the retained received logs (`Rebuild::unresolved`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rebuilt {
     /// Records read.
