@@ -825,7 +825,7 @@ fn write_applier_config(
     cache_size: u64,
 ) -> Result<(PathBuf, PathBuf)> {
     let tls = work.join("tls");
-    tidelog::certs::init(&tls, &[], false)?;
+    tidelog_testkit::pki::write(&tls)?;
     let port = tidelog::demo::free_udp_port()?;
     let sock = work.join("applier.sock");
     let cfg = work.join("applier.toml");

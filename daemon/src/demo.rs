@@ -28,8 +28,8 @@ use clap::Args;
 use serde_json::Value;
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::ctl;
 use crate::load::{self, LoadOptions, Workload};
-use crate::{certs, ctl};
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -222,7 +222,7 @@ impl LocalCluster {
         applier_extra: &str,
     ) -> Result<LocalCluster> {
         let tls = dir.join("tls");
-        certs::init(&tls, &[], false)?;
+        tidelog_net::pki::init(&tls, &[], false)?;
         let port = free_udp_port()?;
         let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
         let p = |f: &str| tls.join(f).display().to_string();

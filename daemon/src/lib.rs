@@ -9,7 +9,6 @@
 
 pub mod admin;
 pub mod applier_daemon;
-pub mod certs;
 pub mod config;
 pub mod ctl;
 pub mod demo;

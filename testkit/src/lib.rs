@@ -5,5 +5,6 @@
 //! every kernel and needs privileges a test does not have.
 
 pub mod impair;
+pub mod pki;
 
 pub use impair::{DirStats, ImpairProxy, Impairment, ImpairmentError, ProxyStats};
