@@ -616,7 +616,7 @@ fn a_full_target_disk_is_a_target_error_that_clears() {
     assert_eq!(state, "target_error", "{error:?}");
     let error = error.unwrap();
     assert!(
-        error.contains("No space left on device") && error.contains("tablet-0"),
+        error.to_lowercase().contains("no space left on device") && error.contains("tablet-0"),
         "{error}"
     );
     // Space comes back: no restart of either end.
