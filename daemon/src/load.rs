@@ -43,9 +43,9 @@ use anyhow::{bail, Context, Result};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use tidelog_wal::session::{recover_last_gtid_seq, ConnectIdGen, GtidGen};
+use tidelog_testkit::session::{recover_last_gtid_seq, ConnectIdGen, GtidGen, Session};
 use tidelog_wal::{
-    Body, Gtid, HybridClock, HybridTime, Op, Record, Session, SyncPolicy, TabletId, TrxId, TxnId,
+    Body, Gtid, HybridClock, HybridTime, Op, Record, SyncPolicy, TabletId, TrxId, TxnId,
     WalOptions, WalPos, Writer,
 };
 

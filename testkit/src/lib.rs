@@ -6,5 +6,7 @@
 
 pub mod impair;
 pub mod pki;
+pub mod session;
 
 pub use impair::{DirStats, ImpairProxy, Impairment, ImpairmentError, ProxyStats};
+pub use session::{DistributedTxn, Session};

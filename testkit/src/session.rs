@@ -38,10 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::error::{Error, Result};
-use crate::fsutil;
-use crate::ids::{Gtid, TabletId, TrxId, TxnId};
-use crate::record::{Body, Op};
+use tidelog_wal::{Body, Error, Gtid, Op, Result, TabletId, TrxId, TxnId};
 
 /// Magic at the start of a connect-id state file.
 pub const CONNECT_ID_MAGIC: [u8; 8] = *b"TDLCONID";
@@ -172,7 +169,7 @@ impl ConnectIdGen {
                     self.state_path.display()
                 ))
             })?;
-        fsutil::write_atomic(&self.state_path, &encode_state(end))?;
+        tidelog_wal::write_atomic(&self.state_path, &encode_state(end))?;
         tracing::debug!(
             server_id = self.server_id,
             start,
@@ -197,7 +194,7 @@ fn encode_state(next: u64) -> [u8; CONNECT_ID_STATE_LEN] {
     let mut out = [0u8; CONNECT_ID_STATE_LEN];
     out[0..8].copy_from_slice(&CONNECT_ID_MAGIC);
     out[8..16].copy_from_slice(&next.to_le_bytes());
-    let sum = crate::hash::xxh3_64(&out[0..16]);
+    let sum = tidelog_wal::hash::xxh3_64(&out[0..16]);
     out[16..24].copy_from_slice(&sum.to_le_bytes());
     out
 }
@@ -233,7 +230,7 @@ fn decode_state(bytes: &[u8], path: &Path) -> Result<u64> {
     let (Some(next), Some(stored)) = (le_u64(&bytes[8..16]), le_u64(&bytes[16..24])) else {
         return Err(corrupt(path, 8, "connect id state file is cut short"));
     };
-    let computed = crate::hash::xxh3_64(&bytes[0..16]);
+    let computed = tidelog_wal::hash::xxh3_64(&bytes[0..16]);
     if stored != computed {
         return Err(corrupt(
             path,
@@ -912,14 +909,14 @@ mod tests {
 /// `GtidGen::new(domain, server, last)`. Scans each tablet's segments newest first and stops
 /// at the first segment holding a gtid of the domain. `Ok(0)` when the domain never appears.
 pub fn recover_last_gtid_seq(wal_dir: &Path, domain: u32) -> Result<u64> {
-    use crate::reader::{list_tablets, ReadLimit, Reader};
+    use tidelog_wal::reader::{list_tablets, ReadLimit, Reader};
     let mut best = 0u64;
     if !wal_dir.exists() {
         return Ok(0);
     }
     for tablet in list_tablets(wal_dir)? {
         let dir = wal_dir.join(tablet.as_str());
-        let limit = if crate::control::ControlView::open(&dir)?.is_some() {
+        let limit = if tidelog_wal::control::ControlView::open(&dir)?.is_some() {
             ReadLimit::Written
         } else {
             ReadLimit::Scan
@@ -954,7 +951,7 @@ pub fn recover_last_gtid_seq(wal_dir: &Path, domain: u32) -> Result<u64> {
 #[allow(clippy::unwrap_used)]
 mod recover_tests {
     use super::*;
-    use crate::{Body, HybridTime, Record, SyncPolicy, TabletId, WalOptions, Writer};
+    use tidelog_wal::{Body, HybridTime, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
     #[test]
     fn gtid_sequence_continues_after_restart() {
