@@ -6,7 +6,7 @@
 //!
 //! # What is measured
 //!
-//! * Load: `tidelog::load::run` on its own thread (`bank` or `kv`), every `--sample-every`-th
+//! * Load: `tidelog_testkit::load::run` on its own thread (`bank` or `kv`), every `--sample-every`-th
 //!   commit sent as a `CommitSample` (commit_ht, wall time of the commit to the writer).
 //! * Lag: one sampler thread keeps the outstanding samples in a min-heap by `commit_ht`
 //!   and, while samples are outstanding, asks `GET /v1/safe-time?wait-for=<oldest
@@ -67,8 +67,8 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
 use tidelog::demo::Daemon;
-use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog::memory::ApplierBound;
+use tidelog_testkit::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog_wal::SyncPolicy;
 

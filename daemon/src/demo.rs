@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::ctl;
-use crate::load::{self, LoadOptions, Workload};
+use tidelog_testkit::load::{self, LoadOptions, Workload};
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {

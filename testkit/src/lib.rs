@@ -5,6 +5,7 @@
 //! every kernel and needs privileges a test does not have.
 
 pub mod impair;
+pub mod load;
 pub mod pki;
 pub mod session;
 

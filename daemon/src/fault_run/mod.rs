@@ -45,8 +45,8 @@ use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog_wal::HybridTime;
 
 use crate::demo::{Api, Daemon, LocalCluster};
-use crate::load::{self, LoadOptions, Workload};
 pub use schedule::{FaultKind, PlannedFault};
+use tidelog_testkit::load::{self, LoadOptions, Workload};
 use tmpfs::Tmpfs;
 use watch::{lock, Watch};
 
