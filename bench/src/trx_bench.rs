@@ -62,16 +62,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidelog_applier::store::{Durability, Store};
 use tidelog_applier::trx::{trx_status, SafeTimeView, TrxQuery, TrxState};
-use tidelog_testkit::Session;
+use tidelog_testkit::http1::Http1;
+use tidelog_testkit::{Daemon, Session};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TxnId, WalPos};
 
 use crate::e2e::tidelog_exe;
-use crate::http1::Http1;
 use crate::pgwire::PgConn;
 use crate::stats::{fmt_int, new_histogram, ns_per_tick, Clock, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
-use tidelog::demo::Daemon;
 
 const PG_SCRIPT: &str = include_str!("../pg-baseline.sh");
 const MANIFEST: &str = "trx-bench.json";
@@ -827,7 +826,7 @@ fn write_applier_config(
 ) -> Result<(PathBuf, PathBuf)> {
     let tls = work.join("tls");
     tidelog_testkit::pki::write(&tls)?;
-    let port = tidelog::demo::free_udp_port()?;
+    let port = tidelog_testkit::cluster::free_udp_port()?;
     let sock = work.join("applier.sock");
     let cfg = work.join("applier.toml");
     let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
