@@ -48,6 +48,7 @@ use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
 use tokio::sync::watch;
+use tracing::Instrument;
 
 use crate::frame_queue::{FrameQueue, PushError};
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
@@ -128,8 +129,11 @@ pub type DurableHook = Arc<dyn Fn(&TabletId, WalPos) + Send + Sync>;
 /// Default of [`IntakeOptions::max_clock_skew`].
 pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(500);
 
-/// Tablet intake states, as shown in status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Tablet intake states, as shown in status (their names in snake_case).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
 #[repr(u8)]
 pub enum TabletState {
     /// Registered, no shipper connected.
@@ -151,38 +155,17 @@ pub enum TabletState {
 }
 
 impl TabletState {
-    /// Every state (the metrics export each).
-    pub const ALL: [TabletState; 7] = [
-        TabletState::Disconnected,
-        TabletState::Streaming,
-        TabletState::NeedsBootstrap,
-        TabletState::Failed,
-        TabletState::Paused,
-        TabletState::ClockSkew,
-        TabletState::DiskFull,
-    ];
+    /// Every state, in their numbering order (the metrics export each).
+    pub const ALL: &'static [TabletState] = <TabletState as strum::VariantArray>::VARIANTS;
 
+    /// `disconnected`, `streaming`, `needs_bootstrap`, … as status shows it.
     pub fn name(self) -> &'static str {
-        match self {
-            TabletState::Disconnected => "disconnected",
-            TabletState::Streaming => "streaming",
-            TabletState::NeedsBootstrap => "needs_bootstrap",
-            TabletState::Failed => "failed",
-            TabletState::Paused => "paused",
-            TabletState::ClockSkew => "clock_skew",
-            TabletState::DiskFull => "disk_full",
-        }
+        self.into()
     }
+
+    /// The state stored as `v` (`disconnected` for anything unknown).
     fn from_u8(v: u8) -> TabletState {
-        match v {
-            1 => TabletState::Streaming,
-            2 => TabletState::NeedsBootstrap,
-            3 => TabletState::Failed,
-            4 => TabletState::Paused,
-            5 => TabletState::ClockSkew,
-            6 => TabletState::DiskFull,
-            _ => TabletState::Disconnected,
-        }
+        TabletState::from_repr(v).unwrap_or(TabletState::Disconnected)
     }
 }
 
@@ -729,7 +712,13 @@ impl Intake {
                     Ok(conn) => {
                         let id = shared.conn_ids.fetch_add(1, Ordering::Relaxed);
                         lock(&shared.conns).insert(id, conn.clone());
-                        if let Err(e) = serve_connection(shared.clone(), conn, id).await {
+                        // Every line logged for this connection names it (and, once its
+                        // Hello is read, its shipper).
+                        let span = tracing::info_span!("conn", conn = id, %remote, shipper = tracing::field::Empty);
+                        let served = serve_connection(shared.clone(), conn, id)
+                            .instrument(span)
+                            .await;
+                        if let Err(e) = served {
                             tracing::info!(conn = id, %remote, "shipper connection ended: {e:#}");
                         }
                         lock(&shared.conns).remove(&id);
@@ -1080,6 +1069,7 @@ fn writer_thread(
     sync: SyncPolicy,
 ) {
     let tablet = ti.tablet.clone();
+    let _span = tracing::info_span!("intake", tablet = %tablet).entered();
     let mut w = match w {
         Some(w) => w,
         None => match open_when_space(&ti, queue, &out, &log) {
@@ -1510,6 +1500,7 @@ async fn serve_control(
             anyhow::bail!("protocol: expected Hello on the control stream");
         };
         if first {
+            tracing::Span::current().record("shipper", h.shipper_id.as_str());
             tracing::info!(conn = conn_id, %remote, shipper = %h.shipper_id, lane = h.lane,
                 tablets = h.tablets.len(), "shipper connected");
             first = false;
@@ -1578,11 +1569,14 @@ async fn accept_tablet_streams(
     loop {
         let (send, recv) = conn.accept_bi().await?;
         let shared = shared.clone();
-        tokio::spawn(async move {
-            if let Err(e) = serve_tablet_stream(shared, send, recv, conn_id).await {
-                tracing::info!(conn = conn_id, "tablet stream ended: {e:#}");
+        tokio::spawn(
+            async move {
+                if let Err(e) = serve_tablet_stream(shared, send, recv, conn_id).await {
+                    tracing::info!(conn = conn_id, "tablet stream ended: {e:#}");
+                }
             }
-        });
+            .in_current_span(),
+        );
     }
 }
 
@@ -1641,10 +1635,14 @@ async fn serve_tablet_stream(
         .await?;
     tracing::debug!(tablet = %tablet, conn = conn_id, from = %start.pos, "tablet stream open");
     let (etx, erx) = tokio::sync::mpsc::channel::<(&'static str, String)>(1);
-    let r = tokio::select! {
-        r = send_acks(&tablet, send, durable, start.pos, stream_id, erx) => r,
-        r = receive_frames(&shared, &ti, recv, start.pos, stream_id, conn_id, etx) => r,
-    };
+    let r = async {
+        tokio::select! {
+            r = send_acks(&tablet, send, durable, start.pos, stream_id, erx) => r,
+            r = receive_frames(&shared, &ti, recv, start.pos, stream_id, conn_id, etx) => r,
+        }
+    }
+    .instrument(tracing::info_span!("stream", tablet = %tablet))
+    .await;
     // Unless a newer connection (the shipper reconnected) has the tablet streaming by now.
     if ti.state() == TabletState::Streaming && shared.owned_by(&ti, conn_id) {
         ti.state

@@ -451,6 +451,10 @@ impl fmt::Debug for OpenStore {
 /// The name fjall gives its flush and compaction worker threads.
 pub const WORKER_THREAD: &str = "fjall:worker";
 
+/// Memtables recovered from the journal at least this large are flushed at once
+/// ([`OpenStore::flush_recovered_journal`]).
+const RECOVERED_FLUSH_MIN: u64 = 8 << 20;
+
 /// Scans re-seek instead of stepping once they passed this many invisible versions of one key.
 const RESEEK_AFTER: usize = 8;
 
@@ -625,7 +629,33 @@ impl OpenStore {
                 "unresolved transactions rebuilt from the received logs"
             );
         }
+        store.flush_recovered_journal();
         Ok(store)
+    }
+
+    /// Sets the memtables that journal recovery refilled flushing in the background when
+    /// they are large. Until they are flushed, the next opening replays the same journal
+    /// again: an applier restarted over and over (a crash loop, SIGKILLs under load)
+    /// otherwise replayed ever more of it at each start, and its starts grew from about a
+    /// second to tens of seconds.
+    fn flush_recovered_journal(&self) {
+        let recovered = self.db.write_buffer_size();
+        if recovered < RECOVERED_FLUSH_MIN {
+            return;
+        }
+        let mut sealed = 0;
+        for (name, ks) in self.keyspaces() {
+            match ks.rotate_memtable() {
+                Ok(true) => sealed += 1,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(keyspace = name, "sealing a recovered memtable: {e}"),
+            }
+        }
+        tracing::info!(
+            recovered_bytes = recovered,
+            sealed,
+            "memtables recovered from the journal are being flushed"
+        );
     }
 
     /// The cut every read is capped at, once a cutover began.

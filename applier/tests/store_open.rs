@@ -58,3 +58,53 @@ fn a_damaged_journal_is_named_with_the_store_and_its_files() {
         "{msg}"
     );
 }
+
+/// Memtables that journal recovery refilled are flushed at once when large: the next
+/// opening does not replay the same journal again. Without it an applier restarted over
+/// and over under load replayed ever more of its journal at each start.
+#[test]
+fn a_large_recovered_journal_is_flushed_so_the_next_open_does_not_replay_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let t: TabletId = "t1".parse().unwrap();
+    {
+        let s = Store::open(dir.path()).unwrap();
+        let mut pos = WalPos(0);
+        for i in 0..1200u64 {
+            let r = Record::new(
+                HybridTime(100 + i),
+                Body::Write {
+                    ops: vec![Op::put(format!("k{i}"), vec![b'x'; 10_000])],
+                    trx_id: None,
+                    gtid: None,
+                },
+            );
+            let end = pos.add((RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64);
+            s.apply(&t, &[(pos, r)], end, Durability::Buffered).unwrap();
+            pos = end;
+        }
+        s.persist().unwrap();
+        assert!(s.memory().write_buffer > 10 << 20, "{:?}", s.memory());
+    }
+    {
+        // Recovers about 12 MiB from the journal, and flushes it.
+        let s = Store::open(dir.path()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while s.memory().write_buffer > 1 << 20 || !s.background_idle() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the recovered memtables were not flushed: {:?}",
+                s.memory()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let s = Store::open(dir.path()).unwrap();
+    let m = s.memory();
+    assert!(
+        m.write_buffer < 1 << 20,
+        "the third opening replayed the journal again: {} bytes in memtables",
+        m.write_buffer
+    );
+    let v = s.get(b"k1199", None).unwrap().unwrap();
+    assert_eq!(v.value.as_deref().map(<[u8]>::len), Some(10_000));
+}

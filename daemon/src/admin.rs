@@ -7,9 +7,10 @@
 //! sent a whole request head within [`HEADER_READ_TIMEOUT`] is disconnected (a slow or
 //! stuck client, or an idle keep-alive one, holds nothing for long), and beyond
 //! [`MAX_CONNECTIONS`] a new connection is answered 503 `too_many_connections` and closed.
-//! A request that waits (`/v1/safe-time?wait-for=`, `/v1/trx/…?gtid=`) takes a place in a
-//! [`WaitLimit`] (503 `too_many_waiters` when none is left) and waits as an async task:
-//! no wait holds a thread, so `status` answers however many wait.
+//! A request that waits (`/v1/safe-time?wait-for=`, `/v1/trx/…?gtid=`) takes a place of
+//! the applier's wait limit (`tidelog_applier::node::WaitLimit`; 503 `too_many_waiters`
+//! when none is left) and waits as an async task: no wait holds a thread, so `status`
+//! answers however many wait.
 //!
 //! ```no_run
 //! # async fn f(shutdown: tokio::sync::oneshot::Receiver<()>) -> anyhow::Result<()> {
@@ -59,8 +60,9 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 4096;
 
 /// The most requests that may wait at once (`/v1/safe-time?wait-for=`, `/v1/trx/…?gtid=`);
-/// beyond it a request that would wait gets a 503 `too_many_waiters`.
-pub const MAX_WAITERS: usize = 1024;
+/// beyond it a request that would wait gets a 503 `too_many_waiters`. The applier keeps
+/// the places (`tidelog_applier::node::WaitLimit`).
+pub use tidelog_applier::node::MAX_WAITERS;
 
 /// How long a refused connection ([`MAX_CONNECTIONS`]) is given to take its answer.
 const REFUSAL_DRAIN: Duration = Duration::from_secs(1);
@@ -111,54 +113,6 @@ pub fn raise_open_files_limit() -> u64 {
         }
     }
     lim.rlim_cur
-}
-
-/// The places for requests that wait ([`MAX_WAITERS`]). A request that is answered without
-/// waiting takes none.
-#[derive(Debug, Clone)]
-pub struct WaitLimit {
-    places: Arc<tokio::sync::Semaphore>,
-    max: usize,
-}
-
-impl WaitLimit {
-    pub fn new(max: usize) -> WaitLimit {
-        WaitLimit {
-            places: Arc::new(tokio::sync::Semaphore::new(max)),
-            max,
-        }
-    }
-
-    /// A place to wait in, held until the permit is dropped; 503 `too_many_waiters` when
-    /// all are taken.
-    pub fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-        self.places.clone().try_acquire_owned().map_err(|_| {
-            ApiError::unavailable(
-                "too_many_waiters",
-                format!(
-                    "{} requests are waiting already, the most this daemon parks at once; \
-                     retry later, or ask without waiting",
-                    self.max
-                ),
-            )
-        })
-    }
-
-    /// Requests waiting now.
-    pub fn waiting(&self) -> usize {
-        self.max - self.places.available_permits()
-    }
-
-    /// The most that may wait at once.
-    pub fn max(&self) -> usize {
-        self.max
-    }
-}
-
-impl Default for WaitLimit {
-    fn default() -> Self {
-        WaitLimit::new(MAX_WAITERS)
-    }
 }
 
 /// Serves `router` (plus the JSON 404 fallback) on the Unix socket `socket` until `shutdown`
@@ -525,6 +479,34 @@ pub fn prometheus(text: String) -> Response {
         text,
     )
         .into_response()
+}
+
+/// A `?tablet=T` parameter (`None`: all tablets); a malformed id is a 400 naming it.
+pub fn parse_tablet(tablet: Option<&str>) -> Result<Option<tidelog_wal::TabletId>, ApiError> {
+    tablet
+        .map(|t| {
+            t.parse::<tidelog_wal::TabletId>()
+                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
+        })
+        .transpose()
+}
+
+/// The end of a daemon's graceful stop, once its data path stopped: stops the admin
+/// server, lets it finish its requests and remove the socket (5 s at most), and returns
+/// the admin server's own failure, if it was what ended the daemon.
+pub async fn wind_down(
+    stop: &StopSignal,
+    admin_failed: Option<anyhow::Error>,
+    admin_task: tokio::task::JoinHandle<Result<()>>,
+) -> Result<()> {
+    stop.stop();
+    if let Some(e) = admin_failed {
+        return Err(e);
+    }
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(5), admin_task).await {
+        tracing::warn!("admin API: {e:#}");
+    }
+    Ok(())
 }
 
 /// Parses a query or path value the API takes as a hybrid time (decimal u64).

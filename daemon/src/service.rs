@@ -3,48 +3,19 @@
 //!
 //! Liveness comes from the workers' own heartbeats (`tidelog_wal::Heartbeat`), which they
 //! beat in their loops, idle or not: the applier's apply workers (one per tablet), intake
-//! writer threads (one per tablet) and safe-time publisher; the shipper's lane threads and
-//! WAL scanner. A thread that ended on an error (a failed tablet) is reported by status and
-//! metrics, not by the watchdog: restarting would not mend a corrupt log.
+//! writer threads (one per tablet) and safe-time publisher (`Applier::stalled`); the
+//! shipper's lane threads and WAL scanner. A thread that ended on an error (a failed
+//! tablet) is reported by status and metrics, not by the watchdog: restarting would not
+//! mend a corrupt log.
 
 use std::time::Duration;
 
 use tidelog_shipper::Shipper;
 
-use crate::applier_daemon::ApplierState;
+use tidelog_applier::node::Applier;
 
 /// How often the `STATUS=` line is refreshed.
 pub const STATUS_INTERVAL: Duration = Duration::from_secs(5);
-
-/// `Err` names an applier thread that has shown no sign of life for longer than `limit`.
-pub fn applier_liveness(s: &ApplierState, limit: Duration) -> Result<(), String> {
-    for (t, w) in s.appliers.workers().iter() {
-        let age = w.last_progress().elapsed();
-        if w.is_running() && age > limit {
-            return Err(format!(
-                "the apply worker of tablet {t} has shown no progress for {age:?}"
-            ));
-        }
-    }
-    for ti in s.intake.tablets() {
-        let age = ti.last_progress().elapsed();
-        if ti.writer_running() && age > limit {
-            return Err(format!(
-                "the received-log writer of tablet {} has shown no progress for {age:?}",
-                ti.tablet
-            ));
-        }
-    }
-    if let Some(last) = s.consistency.last_progress() {
-        let age = last.elapsed();
-        if age > limit {
-            return Err(format!(
-                "the safe-time publisher has shown no progress for {age:?}"
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// `Err` names a shipper thread that has shown no sign of life for longer than `limit`.
 pub fn shipper_liveness(s: &Shipper, limit: Duration) -> Result<(), String> {
@@ -62,16 +33,16 @@ fn now_micros() -> u64 {
 
 /// The applier's `STATUS=` line: safe-time lag, laggiest tablet, tablets streaming and
 /// stopped (a record they cannot apply, frames beyond the clock).
-pub fn applier_status(s: &ApplierState) -> String {
-    let report = s.consistency.report();
-    let tablets = s.intake.tablets();
+pub fn applier_status(s: &Applier) -> String {
+    let report = s.consistency().report();
+    let tablets = s.intake().tablets();
     let streaming = tablets
         .iter()
         .filter(|t| t.status().state == "streaming")
         .count();
     let stopped = tablets
         .iter()
-        .filter(|t| crate::applier_daemon::tablet_stopped(s, &t.tablet).is_some())
+        .filter(|t| s.tablet_stopped(&t.tablet).is_some())
         .count();
     let stopped = if stopped > 0 {
         format!(", {stopped} stopped")
@@ -96,7 +67,7 @@ pub fn applier_status(s: &ApplierState) -> String {
         }
         None => format!(
             "safe time uninitialized: {}; {counts}",
-            crate::applier_daemon::uninitialized_reason(s, &report)
+            s.uninitialized_reason(&report)
         ),
     }
 }

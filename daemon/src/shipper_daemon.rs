@@ -13,7 +13,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tidelog_shipper::io::IoChoice;
 use tidelog_shipper::{Shipper, ShipperOptions, TlsMaterial};
-use tidelog_wal::TabletId;
 
 use crate::admin::{self, ApiError, ApiQuery};
 use crate::config::{self, IoEngine, ShipperConfig};
@@ -108,13 +107,14 @@ async fn serve(cfg: ShipperConfig, tls: TlsMaterial) -> Result<()> {
     let stopped = || stop.stopped();
     let listener = admin::bind(&cfg.admin_socket).await?;
     let socket = cfg.admin_socket.clone();
-    let (st, admin_stop) = (shipper.clone(), stopped());
+    let state = ShipperState::new(shipper.clone());
+    let (st, admin_stop) = (state.clone(), stopped());
     let mut admin_task =
         tokio::spawn(
             async move { admin::serve_bound(listener, &socket, router(st), admin_stop).await },
         );
     if let Some(addr) = cfg.metrics_listen {
-        let r = metrics::metrics_only(get(metrics), shipper.clone());
+        let r = metrics::metrics_only(get(metrics), state.clone());
         metrics::serve_tcp(addr, r, stopped()).await?;
     }
     // READY=1 once every lane's first connection attempt has ended (or timed out here).
@@ -146,21 +146,36 @@ async fn serve(cfg: ShipperConfig, tls: TlsMaterial) -> Result<()> {
     notify::status("stopping: recording acked positions, closing QUIC");
     let s2 = shipper.clone();
     tokio::task::spawn_blocking(move || s2.shutdown()).await?;
-    stop.stop();
-    if let Some(e) = admin_failed {
-        return Err(e);
-    }
-    // Let the admin server finish its requests and remove the socket.
-    if let Ok(Ok(Err(e))) =
-        tokio::time::timeout(std::time::Duration::from_secs(5), admin_task).await
-    {
-        tracing::warn!("admin API: {e:#}");
-    }
+    admin::wind_down(&stop, admin_failed, admin_task).await?;
     tracing::info!("shipper stopped");
     Ok(())
 }
 
-fn router(s: Arc<Shipper>) -> Router {
+/// What the admin handlers read: the shipper, and its metric families registered once.
+#[derive(Debug, Clone)]
+struct ShipperState {
+    shipper: Arc<Shipper>,
+    registry: Arc<prometheus_client::registry::Registry>,
+}
+
+impl ShipperState {
+    fn new(shipper: Arc<Shipper>) -> ShipperState {
+        let mut registry = prometheus_client::registry::Registry::default();
+        tidelog_shipper::metrics::register(shipper.clone(), &mut registry);
+        ShipperState {
+            shipper,
+            registry: Arc::new(registry),
+        }
+    }
+}
+
+impl axum::extract::FromRef<ShipperState> for Arc<Shipper> {
+    fn from_ref(s: &ShipperState) -> Arc<Shipper> {
+        s.shipper.clone()
+    }
+}
+
+fn router(s: ShipperState) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/v1/pause", post(pause))
@@ -195,14 +210,7 @@ struct TabletQuery {
 }
 
 fn set_paused(s: &Shipper, q: &TabletQuery, paused: bool) -> Result<Json<Value>, ApiError> {
-    let t = q
-        .tablet
-        .as_deref()
-        .map(|t| {
-            t.parse::<TabletId>()
-                .map_err(|e| ApiError::bad_request(format!("tablet: {e}")))
-        })
-        .transpose()?;
+    let t = admin::parse_tablet(q.tablet.as_deref())?;
     // An unknown tablet is a bad request (404 is for an unknown route); the message
     // names it: "unknown tablet T".
     s.set_paused(t.as_ref(), paused)
@@ -224,6 +232,7 @@ async fn resume(
     set_paused(&s, &q, false)
 }
 
-async fn metrics(State(s): State<Arc<Shipper>>) -> axum::response::Response {
-    admin::prometheus(metrics::shipper(&s))
+/// `GET /metrics` (atomics only: cheap enough to encode on the runtime).
+async fn metrics(State(s): State<ShipperState>) -> axum::response::Response {
+    admin::prometheus(metrics::exposition(&s.registry))
 }

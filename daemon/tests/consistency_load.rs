@@ -208,7 +208,9 @@ fn sigkill_the_applier_10_times_under_bank_load() {
     let mut applier = c.start_applier();
     let _shipper = c.start_shipper();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(&c, Workload::Bank, 4, 2000.0, 60, stop.clone());
+    // Long enough for the kills on a slow machine (a restart re-applies what the killed
+    // process had received but not applied); the loop stops it after the last kill.
+    let load = start_load(&c, Workload::Bank, 4, 2000.0, 900, stop.clone());
     let mut max_safe = 0u64;
     let mut reads = 0;
     let mut kills = 0;
@@ -218,11 +220,15 @@ fn sigkill_the_applier_10_times_under_bank_load() {
         if std::time::Instant::now() >= next_kill {
             applier.kill9();
             kills += 1;
+            let t0 = std::time::Instant::now();
             applier = c.start_applier();
             // Safe time after a restart starts where it was: it never goes back.
-            wait_for("the restarted applier", Duration::from_secs(30), || {
+            // A start re-applies what the killed process received but had not applied; on a
+            // busy machine a debug build's apply falls behind and each start has more to do.
+            wait_for("the restarted applier", Duration::from_secs(120), || {
                 safe_time(&c).is_some()
             });
+            eprintln!("restart {kills}: safe time served after {:?}", t0.elapsed());
             let s = safe_time(&c).unwrap();
             assert!(
                 s >= max_safe,
@@ -278,7 +284,9 @@ fn received_logs_are_deleted_as_applied_across_sigkills() {
     let mut applier = c.start_applier();
     let _shipper = c.start_shipper();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(&c, Workload::Bank, 4, 2000.0, 60, stop.clone());
+    // Long enough for the kills on a slow machine (a restart re-applies what the killed
+    // process had received but not applied); the loop stops it after the last kill.
+    let load = start_load(&c, Workload::Bank, 4, 2000.0, 900, stop.clone());
     let received = c.data.join("received");
     // The oldest received segment of tablet `t` (its first position), if any.
     let oldest = |t: &str| {

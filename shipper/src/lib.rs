@@ -15,6 +15,7 @@
 //! In-flight bytes per tablet are bounded by `window_bytes` on top of QUIC flow control.
 
 pub mod io;
+pub mod metrics;
 pub mod tail;
 mod watch;
 
@@ -109,7 +110,10 @@ const SOURCE_RETRY: Duration = Duration::from_secs(1);
 /// | `target_error` | the applier cannot take the tablet: its disk or the tablet's received log failed; the reason is the applier's, and the shipper retries |
 /// | `paused` | stopped by `pause` |
 /// | `error` | the source cannot be read at the position to ship (retried) |
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr, strum::VariantArray, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "snake_case")]
 #[repr(u8)]
 pub enum ShipState {
     Connecting = 0,
@@ -124,44 +128,17 @@ pub enum ShipState {
 }
 
 impl ShipState {
-    /// Every state (the metrics export each).
-    pub const ALL: [ShipState; 9] = [
-        ShipState::Connecting,
-        ShipState::Streaming,
-        ShipState::Idle,
-        ShipState::NeedsBootstrap,
-        ShipState::Refused,
-        ShipState::Paused,
-        ShipState::Error,
-        ShipState::CatchingUp,
-        ShipState::TargetError,
-    ];
+    /// Every state, in their numbering order (the metrics export each).
+    pub const ALL: &'static [ShipState] = <ShipState as strum::VariantArray>::VARIANTS;
 
+    /// `connecting`, `streaming`, `catching_up`, … as status shows it.
     pub fn name(self) -> &'static str {
-        match self {
-            ShipState::Connecting => "connecting",
-            ShipState::Streaming => "streaming",
-            ShipState::Idle => "idle",
-            ShipState::NeedsBootstrap => "needs_bootstrap",
-            ShipState::Refused => "refused",
-            ShipState::Paused => "paused",
-            ShipState::Error => "error",
-            ShipState::CatchingUp => "catching_up",
-            ShipState::TargetError => "target_error",
-        }
+        self.into()
     }
+
+    /// The state stored as `v` (`connecting` for anything unknown).
     fn from_u8(v: u8) -> ShipState {
-        match v {
-            1 => ShipState::Streaming,
-            2 => ShipState::Idle,
-            3 => ShipState::NeedsBootstrap,
-            4 => ShipState::Refused,
-            5 => ShipState::Paused,
-            6 => ShipState::Error,
-            7 => ShipState::CatchingUp,
-            8 => ShipState::TargetError,
-            _ => ShipState::Connecting,
-        }
+        ShipState::from_repr(v).unwrap_or(ShipState::Connecting)
     }
 
     /// The state shown for a tablet whose lane last set `self`, with `lag` bytes written and

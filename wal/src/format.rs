@@ -99,7 +99,8 @@ impl SegmentHeader {
 }
 
 /// Record kinds (byte 12 of the record header).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, strum::FromRepr, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[repr(u8)]
 pub enum Kind {
     Write = 1,
@@ -110,24 +111,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind numbered `b` (byte 12 of the record header), if there is one.
     pub fn from_u8(b: u8) -> Option<Kind> {
-        Some(match b {
-            1 => Kind::Write,
-            2 => Kind::Intent,
-            3 => Kind::Commit,
-            4 => Kind::Abort,
-            5 => Kind::Heartbeat,
-            _ => return None,
-        })
+        Kind::from_repr(b)
     }
+
+    /// `write`, `intent`, `commit`, `abort` or `heartbeat` (the JSON form's `kind`).
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Write => "write",
-            Kind::Intent => "intent",
-            Kind::Commit => "commit",
-            Kind::Abort => "abort",
-            Kind::Heartbeat => "heartbeat",
-        }
+        self.into()
     }
 }
 

@@ -312,7 +312,7 @@ pub const ACK_LEN: usize = 16;
 const _: () = assert!(size_of::<AckBody>() == ACK_LEN);
 
 /// Message kinds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, strum::FromRepr)]
 #[repr(u8)]
 pub enum MsgKind {
     Hello = 1,
@@ -325,17 +325,9 @@ pub enum MsgKind {
 }
 
 impl MsgKind {
+    /// The kind numbered `b`, if there is one.
     pub fn from_u8(b: u8) -> Option<MsgKind> {
-        Some(match b {
-            1 => MsgKind::Hello,
-            2 => MsgKind::Welcome,
-            3 => MsgKind::Open,
-            4 => MsgKind::Data,
-            5 => MsgKind::KeepAlive,
-            6 => MsgKind::Ack,
-            7 => MsgKind::Error,
-            _ => return None,
-        })
+        MsgKind::from_repr(b)
     }
 
     fn max_body(self) -> usize {
