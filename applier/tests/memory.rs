@@ -56,10 +56,12 @@ fn memtables_stay_within_the_write_buffer() {
         max_buffer <= limit + one_batch,
         "memtables not flushed held {max_buffer} bytes; write-buffer-size {limit}"
     );
-    // Flushed memtables still referenced by an older version (until the next seal) add at
-    // most half of it.
+    // Flushed memtables still referenced by an older version (until fjall's next version
+    // clean-up) add to it; how much depends on when the clean-up runs, so the test holds
+    // them to the documented bound's share (2.5 × write-buffer-size, `STORE.md`, "Memory"):
+    // without the bound they reach ten times it here.
     assert!(
-        max_memtables <= limit + limit / 2 + one_batch,
+        max_memtables <= 2 * limit + limit / 2,
         "memtables held {max_memtables} bytes, counting flushed ones; write-buffer-size {limit}"
     );
     assert!(
