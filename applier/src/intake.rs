@@ -43,6 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use tidelog_net::tls::{server_config, TlsMaterial};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::wire::{self, Message, MsgKind, WelcomeTablet, MSG_HEADER_LEN};
 use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
@@ -51,7 +52,6 @@ use tracing::Instrument;
 
 use crate::frame_queue::{FrameQueue, PushError};
 use crate::latency::{HistogramSnapshot, LatencyHistogram};
-use crate::tls::{server_config, TlsMaterial};
 
 /// What the intake needs to run.
 #[derive(Clone, Debug)]
@@ -546,8 +546,8 @@ impl Intake {
         opts.validate()?;
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let sc = server_config(tls, &opts.quic)?;
-        let ec = crate::tls::endpoint_config(&opts.data_dir)?;
+        let sc = server_config(&tls, &opts.quic)?;
+        let ec = crate::endpoint::endpoint_config(&opts.data_dir)?;
         let (endpoint, rcvbuf) = server_endpoint(opts.listen, ec, sc, opts.quic.udp_receive_buffer)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
         let supported =
@@ -726,22 +726,9 @@ impl Intake {
                     }
                     Err(e) => {
                         let why = e.to_string();
-                        let ca = shared
-                            .opts
-                            .ca_file
-                            .as_ref()
-                            .map_or("the configured CA".to_string(), |p| p.display().to_string());
-                        match tidelog_wal::wire::CertRefusal::of(&why) {
-                            Some(tidelog_wal::wire::CertRefusal::OtherCa) => tracing::warn!(
-                                %remote,
-                                "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
-                            ),
-                            Some(_) => tracing::warn!(
-                                %remote,
-                                "shipper refused: its certificate is not acceptable ({why})"
-                            ),
-                            None => tracing::warn!(%remote, "shipper handshake failed: {why}"),
-                        }
+                        let ca = shared.opts.ca_file.as_deref();
+                        let msg = tidelog_net::tls::refusal::client_refused(&why, ca);
+                        tracing::warn!(%remote, "{msg}");
                     }
                 }
             });

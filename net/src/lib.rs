@@ -1,9 +1,16 @@
-//! tidelog-net: the QUIC transport settings both daemons use, built from one
-//! [`QuicTuning`] (the `[quic]` config table): flow-control windows, packet size,
-//! keep-alives and idle timeout, loss detection and the congestion controller.
+//! tidelog-net: the QUIC set-up both daemons use.
+//!
+//! * [`transport`]: the transport settings built from one [`QuicTuning`] (the `[quic]`
+//!   config table): flow-control windows, packet size, keep-alives and idle timeout, loss
+//!   detection and the congestion controller;
+//! * [`tls`]: the one TLS set-up (TLS 1.3, mutual authentication against one CA, ALPN
+//!   `tidelog/1`): loading and checking a `[tls]` table's PEM files, the rustls and quinn
+//!   server and client configurations, and the messages for a refused certificate;
+//! * [`pki`]: the PKI generator of `tidelog certs init`, which tests and benchmarks use too;
+//! * [`small_file`]: capped reads of the small files a daemon is pointed at.
 //!
 //! It opens no socket and runs nothing; the shipper's and the applier's endpoint set-up
-//! call [`transport`] and add what is theirs (the applier's stream limits).
+//! call [`tls::client_config`] and [`tls::server_config`].
 //!
 //! # Loss detection and congestion control on a WAN
 //!
@@ -22,6 +29,10 @@
 //! sender sends it again. Over a link that reorders by a few milliseconds, one connection
 //! therefore carries at most about 128 packets per such interval; the shipper's lanes (one
 //! connection each) add up.
+
+pub mod pki;
+pub mod small_file;
+pub mod tls;
 
 use std::sync::Arc;
 

@@ -5,8 +5,9 @@
 //! increasing hybrid time. This crate contains the ids and time types, the record model and
 //! its on-disk format (`wal/FORMAT.md`), the [`Writer`] with its sync policies, the
 //! [`Reader`] that another process may run while the writer writes, recovery of a torn tail,
-//! retention against the shipper's `acked` file, the source [`Session`] that hands out trx
-//! ids and gtids, and the JSON form of records used by `tidelog wal dump|append`.
+//! retention against the shipper's `acked` file, and the JSON form of records used by
+//! `tidelog wal dump|append`. (The source session that hands out trx ids and gtids is in
+//! the test kit, `tidelog-testkit`.)
 //!
 //! It contains no networking code and starts no threads except the group-commit flusher of
 //! a writer opened with [`SyncPolicy::Batch`].
@@ -26,20 +27,18 @@ pub mod record;
 pub mod recovery;
 pub mod retention;
 mod segment;
-pub mod session;
 pub mod time;
 pub mod wire;
 pub mod writer;
 
 pub use direct::supported as direct_io_supported;
 pub use error::{Error, ParseError, Result};
-pub use fsutil::write_atomic_private;
+pub use fsutil::{write_atomic, write_atomic_private};
 pub use heartbeat::Heartbeat;
 pub use ids::{Gtid, TabletId, TrxId, TxnId};
 pub use pos::{AtomicWalPos, WalPos};
 pub use reader::{ReadLimit, Reader};
 pub use record::{Body, Op, Record};
 pub use recovery::RecoveryReport;
-pub use session::{DistributedTxn, Session};
 pub use time::{HybridClock, HybridTime};
 pub use writer::{SyncPolicy, WalOptions, Writer};

@@ -17,7 +17,7 @@ use crate::cutover::{self, Cleanup};
 use crate::intake::{DurableHook, Intake, IntakeOptions};
 use crate::retention::{ReceivedRetention, RETENTION_INTERVAL};
 use crate::store::{Cutover, Store, StoreOptions};
-use crate::tls::TlsMaterial;
+use tidelog_net::tls::TlsMaterial;
 
 use super::error::{Error, Result};
 use super::waiters::WaitLimit;
