@@ -42,7 +42,6 @@ use std::time::{Duration, Instant};
 use crossbeam::utils::CachePadded;
 use tidelog_wal::{Heartbeat, HybridTime, TabletId, WalPos};
 
-use crate::apply::ApplyProgress;
 use crate::core::{Core, Part, SafeTime};
 use crate::doorbell::Doorbell;
 use crate::error::Result;
@@ -75,6 +74,19 @@ pub struct SafeTimeReport {
     pub tablets: BTreeMap<TabletId, HybridTime>,
     /// Committed transactions not yet applied everywhere.
     pub pending_txns: usize,
+}
+
+/// A tablet's apply stage as start-up recovery waits on it ([`Consistency::replayed`]):
+/// the apply worker's progress (`crate::apply::ApplyProgress`), seen from here without
+/// naming the apply stage, which sits above this core.
+pub trait Replaying {
+    fn tablet(&self) -> &TabletId;
+    /// Waits up to `timeout` until everything before `pos` is applied; whether it is.
+    fn wait_applied(&self, pos: WalPos, timeout: Duration) -> bool;
+    /// Whether the worker still applies (false after a stop or an error).
+    fn is_running(&self) -> bool;
+    /// Why it stopped, if it stopped on an error.
+    fn fault(&self) -> Option<String>;
 }
 
 /// The running safe-time machinery of one applier.
@@ -402,19 +414,17 @@ impl Consistency {
     /// the others are replayed and published all the same. Returns `Err` naming the tablets
     /// whose workers stopped, or when the safe time did not follow within `publish_within`
     /// of the replay's end.
-    pub fn replayed(
+    pub fn replayed<P: Replaying>(
         &self,
-        replay: &[(ApplyProgress, WalPos)],
+        replay: &[(P, WalPos)],
         publish_within: Duration,
-        mut waiting: impl FnMut(&ApplyProgress, WalPos),
+        mut waiting: impl FnMut(&P, WalPos),
     ) -> std::result::Result<(), String> {
         let mut stopped = Vec::new();
         for (p, end) in replay {
             while !p.wait_applied(*end, Duration::from_secs(1)) {
                 if !p.is_running() {
-                    let why = p
-                        .fault()
-                        .map_or_else(|| "stopped".to_string(), |f| f.to_string());
+                    let why = p.fault().unwrap_or_else(|| "stopped".to_string());
                     stopped.push(format!(
                         "tablet {} stopped before the end {end} of its received log: {why}",
                         p.tablet()

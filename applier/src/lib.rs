@@ -8,15 +8,14 @@
 
 pub mod apply;
 pub mod binlog;
-mod bloom;
 pub mod consistency;
 pub mod core;
 pub mod cutover;
 pub mod disk;
 mod doorbell;
+pub mod endpoint;
 pub mod error;
 mod frame_queue;
-mod history;
 pub mod intake;
 pub mod keys;
 pub mod latency;
@@ -26,6 +25,4 @@ pub mod priority;
 pub mod retention;
 mod seq_wait;
 pub mod store;
-pub mod tls;
 pub mod trx;
-mod write_buffer;

@@ -4,7 +4,7 @@
 //!
 //! Applying reads a received log twice: once in order up to the tablet's apply position,
 //! and again by position for the intents of a transaction whose commit makes that tablet's
-//! part ready later (`apply.rs`, `apply_ready_parts`). And opening the store reads the
+//! part ready later (`apply/tablet.rs`, `apply_ready_parts`). And opening the store reads the
 //! retained part again, to rebuild the unresolved transactions, whose intents are stored
 //! nowhere else (`Store::rebuild_unresolved`). So everything below
 //!
@@ -35,20 +35,10 @@ use tidelog_wal::{HybridTime, TabletId, WalPos};
 
 use crate::error::{Error, Result};
 use crate::periodic::Periodic;
-use crate::store::Store;
+use crate::store::{read_release, Store};
 
 /// How often the daemon's retention thread runs a round.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(2);
-
-/// Tablet `t`'s release as its `acked` file in `dir` says (0: none written yet).
-pub(crate) fn read_release(t: &TabletId, dir: &Path) -> Result<WalPos> {
-    Ok(tidelog_wal::retention::read_acked(dir)
-        .map_err(|source| Error::Wal {
-            tablet: t.clone(),
-            source,
-        })?
-        .unwrap_or(WalPos::ZERO))
-}
 
 /// Computes and writes the releases of every tablet's received log (see the module doc).
 #[derive(Debug)]

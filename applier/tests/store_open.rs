@@ -7,6 +7,25 @@ use tidelog_applier::store::{Durability, Store};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, HybridTime, Op, Record, TabletId, WalPos};
 
+/// Writes `k0`..`k{n-1}` on tablet `t1`, one record each, every value `len` bytes of `x`.
+fn write_keys(s: &Store, n: u64, len: usize) {
+    let t: TabletId = "t1".parse().unwrap();
+    let mut pos = WalPos(0);
+    for i in 0..n {
+        let r = Record::new(
+            HybridTime(100 + i),
+            Body::Write {
+                ops: vec![Op::put(format!("k{i}"), vec![b'x'; len])],
+                trx_id: None,
+                gtid: None,
+            },
+        );
+        let end = pos.add((RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64);
+        s.apply(&t, &[(pos, r)], end, Durability::Buffered).unwrap();
+        pos = end;
+    }
+}
+
 /// A byte flipped inside a write batch in fjall's journal: fjall says only
 /// `JournalRecovery(ChecksumMismatch)`; the error names the store, the journal file and the
 /// reason in words.
@@ -15,21 +34,7 @@ fn a_damaged_journal_is_named_with_the_store_and_its_files() {
     let dir = tempfile::tempdir().unwrap();
     {
         let s = Store::open(dir.path()).unwrap();
-        let t: TabletId = "t1".parse().unwrap();
-        let mut pos = WalPos(0);
-        for i in 0..20u64 {
-            let r = Record::new(
-                HybridTime(100 + i),
-                Body::Write {
-                    ops: vec![Op::put(format!("k{i}"), vec![b'x'; 1000])],
-                    trx_id: None,
-                    gtid: None,
-                },
-            );
-            let end = pos.add((RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64);
-            s.apply(&t, &[(pos, r)], end, Durability::Buffered).unwrap();
-            pos = end;
-        }
+        write_keys(&s, 20, 1000);
         s.persist().unwrap();
     }
     let store = dir.path().join("store");
@@ -65,23 +70,9 @@ fn a_damaged_journal_is_named_with_the_store_and_its_files() {
 #[test]
 fn a_large_recovered_journal_is_flushed_so_the_next_open_does_not_replay_it() {
     let dir = tempfile::tempdir().unwrap();
-    let t: TabletId = "t1".parse().unwrap();
     {
         let s = Store::open(dir.path()).unwrap();
-        let mut pos = WalPos(0);
-        for i in 0..1200u64 {
-            let r = Record::new(
-                HybridTime(100 + i),
-                Body::Write {
-                    ops: vec![Op::put(format!("k{i}"), vec![b'x'; 10_000])],
-                    trx_id: None,
-                    gtid: None,
-                },
-            );
-            let end = pos.add((RECORD_HEADER_LEN + r.encoded_body_len().unwrap()) as u64);
-            s.apply(&t, &[(pos, r)], end, Durability::Buffered).unwrap();
-            pos = end;
-        }
+        write_keys(&s, 1200, 10_000);
         s.persist().unwrap();
         assert!(s.memory().write_buffer > 10 << 20, "{:?}", s.memory());
     }

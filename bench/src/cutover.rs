@@ -28,12 +28,12 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::Value;
 use tidelog_applier::store::{Durability, Store};
+use tidelog_testkit::{Api, Daemon, LocalCluster};
 use tidelog_wal::format::RECORD_HEADER_LEN;
 use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TrxId, WalPos};
 
-use crate::e2e::{tidelog_exe, Admin};
+use crate::e2e::tidelog_exe;
 use crate::stats::fmt_int;
-use tidelog::demo::Daemon;
 
 #[derive(Debug, Args)]
 pub struct CutoverArgs {
@@ -195,7 +195,7 @@ fn ht_of(v: &Value, field: &str) -> Result<u64> {
 }
 
 fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<Run> {
-    let c = tidelog::demo::LocalCluster::write(dir, TABLETS, "1h", "bench-source", "")?;
+    let c = LocalCluster::write(dir, TABLETS, "1h", "bench-source", "")?;
     let t0 = Instant::now();
     let (cut, commits, probe) = build(&dir.join("applier"), versions, args)?;
     let build_s = t0.elapsed().as_secs_f64();
@@ -212,7 +212,7 @@ fn run_one(exe: &Path, dir: &Path, versions: u64, args: &CutoverArgs) -> Result<
         &dir.join("applier.log"),
         "warn",
     )?;
-    let mut admin = Admin::new(&c.applier_sock);
+    let admin = Api::new(&c.applier_sock);
     applier.wait_until(
         "the applier reporting safe time = cut",
         Duration::from_secs(120),

@@ -6,7 +6,7 @@
 //!
 //! # What is measured
 //!
-//! * Load: `tidelog::load::run` on its own thread (`bank` or `kv`), every `--sample-every`-th
+//! * Load: `tidelog_testkit::load::run` on its own thread (`bank` or `kv`), every `--sample-every`-th
 //!   commit sent as a `CommitSample` (commit_ht, wall time of the commit to the writer).
 //! * Lag: one sampler thread keeps the outstanding samples in a min-heap by `commit_ht`
 //!   and, while samples are outstanding, asks `GET /v1/safe-time?wait-for=<oldest
@@ -65,14 +65,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use serde_json::Value;
-use tidelog::demo::Daemon;
-use tidelog::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog::memory::ApplierBound;
-use tidelog_testkit::{ImpairProxy, Impairment};
+use tidelog_testkit::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
+use tidelog_testkit::{Api, Daemon, ImpairProxy, Impairment, LocalCluster};
 use tidelog_wal::SyncPolicy;
 
-use crate::http1::Http1;
 use crate::rss;
 use crate::ship::cpu;
 use crate::stage_lag;
@@ -225,66 +222,33 @@ pub(crate) fn tidelog_exe() -> Result<PathBuf> {
     Ok(exe)
 }
 
-// ---- the admin socket, over the blocking HTTP/1.1 client ----
+// ---- the admin socket, over the test kit's blocking client (`Api`) ----
 
-pub(crate) struct Admin {
-    socket: PathBuf,
-    conn: Option<Http1>,
+/// What the benches read from the applier's admin API.
+pub(crate) trait AdminExt {
+    /// The applier's lag-by-stage histograms (`GET /metrics`; empty when it fails).
+    fn stage_lag(&self) -> stage_lag::Scrape;
+    /// The published global safe time (0 while uninitialized).
+    fn safe_time(&self) -> Result<u64>;
+    /// The `safe_time` of the answer to `GET path` (0 when absent).
+    fn safe_time_at(&self, path: &str) -> Result<u64>;
+    /// Sum over tablets of `applied_records`.
+    fn applied_records(&self) -> Result<u64>;
 }
 
-impl Admin {
-    pub(crate) fn new(socket: &Path) -> Admin {
-        Admin {
-            socket: socket.to_path_buf(),
-            conn: None,
-        }
-    }
-
-    pub(crate) fn get(&mut self, path: &str) -> Result<(u16, Value)> {
-        let (status, body) = self.get_raw(path)?;
-        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-    }
-
-    /// `GET` with one reconnect: the keep-alive connection may have been closed.
-    fn get_raw(&mut self, path: &str) -> Result<(u16, Vec<u8>)> {
-        match self.raw("GET", path) {
-            Ok(v) => Ok(v),
-            Err(_) => {
-                self.conn = None;
-                self.raw("GET", path)
-            }
-        }
-    }
-
-    /// One request on the keep-alive connection (opened if needed); no retry. A body that
-    /// is not JSON reads as `null`.
-    pub(crate) fn request(&mut self, method: &str, path: &str) -> Result<(u16, Value)> {
-        let (status, body) = self.raw(method, path)?;
-        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-    }
-
-    fn raw(&mut self, method: &str, path: &str) -> Result<(u16, Vec<u8>)> {
-        let conn = match &mut self.conn {
-            Some(c) => c,
-            None => self.conn.insert(Http1::connect(&self.socket)?),
-        };
-        conn.request(method, path)
-    }
-
-    /// The applier's lag-by-stage histograms (`GET /metrics`; empty when it fails).
-    fn stage_lag(&mut self) -> stage_lag::Scrape {
+impl AdminExt for Api {
+    fn stage_lag(&self) -> stage_lag::Scrape {
         match self.get_raw("/metrics") {
             Ok((200, body)) => stage_lag::parse(&String::from_utf8_lossy(&body)),
             _ => stage_lag::Scrape::default(),
         }
     }
 
-    /// The published global safe time (0 while uninitialized).
-    fn safe_time(&mut self) -> Result<u64> {
+    fn safe_time(&self) -> Result<u64> {
         self.safe_time_at("/v1/safe-time")
     }
 
-    fn safe_time_at(&mut self, path: &str) -> Result<u64> {
+    fn safe_time_at(&self, path: &str) -> Result<u64> {
         let (_, v) = self.get(path)?;
         Ok(v["safe_time"]
             .as_str()
@@ -292,8 +256,7 @@ impl Admin {
             .unwrap_or(0))
     }
 
-    /// Sum over tablets of `applied_records`.
-    fn applied_records(&mut self) -> Result<u64> {
+    fn applied_records(&self) -> Result<u64> {
         let (_, v) = self.get("/v1/status")?;
         Ok(v["tablets"]
             .as_object()
@@ -378,7 +341,7 @@ fn sampler(
     // The warm-up counts from the first sampled commit.
     let warmup_us = u64::try_from(warmup.as_micros()).unwrap_or(u64::MAX);
     let mut warm_us: Option<u64> = None;
-    let mut admin = Admin::new(&socket);
+    let admin = Api::new(&socket);
     let mut heap: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
     let mut out = SamplerOut {
         hist: lag_histogram()?,
@@ -574,7 +537,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
             y.as_millis()
         ));
     }
-    let c = tidelog::demo::LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
+    let c = LocalCluster::write(dir, args.tablets, "1h", "bench-source", &extra)?;
     let proxy = link_through(args, &c)?;
     let (applier_cfg, shipper_cfg, asock, wal) =
         (c.applier_cfg, c.shipper_cfg, c.applier_sock, c.wal);
@@ -588,7 +551,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     };
     let mut applier = Daemon::spawn(exe, "apply", &applier_cfg, &dir.join("applier.log"), "warn")?;
     let mut shipper = Daemon::spawn(exe, "ship", &shipper_cfg, &dir.join("shipper.log"), "warn")?;
-    let mut admin = Admin::new(&asock);
+    let admin = Api::new(&asock);
     applier.wait_until(
         &format!("the applier answering on {}", asock.display()),
         Duration::from_secs(30),
@@ -652,7 +615,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
     let ready_sock = asock.clone();
     let ready = move || -> Result<()> {
-        let mut a = Admin::new(&ready_sock);
+        let a = Api::new(&ready_sock);
         let deadline = Instant::now() + Duration::from_secs(60);
         // Answered as soon as a safe time is published (≥ 1), or after a second.
         while a.safe_time_at("/v1/safe-time?wait-for=1&wait=1s")? == 0 {
@@ -851,7 +814,7 @@ pub struct LinkStats {
 
 /// Appends the `--quic` lines to both configs and, with `--impair`, starts the impairment
 /// proxy in front of the applier and points the shipper at it.
-fn link_through(args: &E2eArgs, c: &tidelog::demo::LocalCluster) -> Result<Option<ImpairProxy>> {
+fn link_through(args: &E2eArgs, c: &LocalCluster) -> Result<Option<ImpairProxy>> {
     if !args.quic.is_empty() {
         let table = format!("\n[quic]\n{}\n", args.quic.join("\n"));
         for f in [&c.applier_cfg, &c.shipper_cfg] {

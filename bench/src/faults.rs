@@ -1,8 +1,8 @@
-//! `tidelog-bench faults`: the seeded fault run (`tidelog::fault_run`): bank load through the
-//! impairment proxy while the applier and the shipper are SIGKILLed, the link partitioned
-//! and the applier's disk filled, on a schedule drawn from `--seed`; prints the faults with
-//! their recovery times and the commits lost, then PASS/MISS per check, and exits non-zero
-//! on a miss. Run as root for the full-disk fault (it mounts a tmpfs); elsewhere that fault
+//! `tidelog-bench faults`: the seeded fault run (`tidelog_testkit::fault_run`): bank load
+//! through the impairment proxy while the applier and the shipper are SIGKILLed, the link
+//! partitioned and the applier's disk filled, on a schedule drawn from `--seed`; prints the
+//! faults with their recovery times and the commits lost, then PASS/MISS per check, and
+//! exits non-zero on a miss. Run as root for the full-disk fault (it mounts a tmpfs); elsewhere that fault
 //! is skipped with a note.
 
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use tidelog::fault_run::{self, FaultRunOptions};
+use tidelog_testkit::fault_run::{self, FaultRunOptions};
 use tidelog_testkit::Impairment;
 
 use crate::e2e::tidelog_exe;

@@ -1,10 +1,10 @@
-//! `tidelog-bench load`: a thin CLI over the load generators in `tidelog::load`.
+//! `tidelog-bench load`: a thin CLI over the load generators in `tidelog_testkit::load`.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 use clap::Args;
-use tidelog::load::{self, LoadOptions, Workload};
+use tidelog_testkit::load::{self, LoadOptions, Workload};
 use tidelog_wal::SyncPolicy;
 
 use crate::stats::parse_size;

@@ -20,7 +20,6 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cutover;
 mod e2e;
 mod faults;
-mod http1;
 mod load_cmd;
 mod pgwire;
 mod rss;

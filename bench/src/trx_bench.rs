@@ -8,7 +8,7 @@
 //! * **Build**: `--commits` commits (default 10 M) written into a fresh store by the real
 //!   apply path, `Store::apply` with `Durability::Buffered`, one call per tablet per round of
 //!   `--batch` records per tablet, records placed contiguously in each tablet's log. Commits
-//!   come from `--sessions` source connections (`tidelog_wal::session::Session`, connect ids
+//!   come from `--sessions` source connections (`tidelog_testkit::session::Session`, connect ids
 //!   in the connect-id generator's `server_id << 56 | (unix_seconds << 24) + n` form), gtids
 //!   `0-1-seq`; `--distributed-pct` of them are distributed (an intent on two tablets and a
 //!   `commit` on the first, then `Store::apply_part` on both, as the apply workers do) and
@@ -62,15 +62,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tidelog_applier::store::{Durability, Store};
 use tidelog_applier::trx::{trx_status, SafeTimeView, TrxQuery, TrxState};
+use tidelog_testkit::http1::Http1;
+use tidelog_testkit::{Daemon, Session};
 use tidelog_wal::format::RECORD_HEADER_LEN;
-use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, Session, TabletId, TxnId, WalPos};
+use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TxnId, WalPos};
 
 use crate::e2e::tidelog_exe;
-use crate::http1::Http1;
 use crate::pgwire::PgConn;
 use crate::stats::{fmt_int, new_histogram, ns_per_tick, Clock, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
-use tidelog::demo::Daemon;
 
 const PG_SCRIPT: &str = include_str!("../pg-baseline.sh");
 const MANIFEST: &str = "trx-bench.json";
@@ -825,8 +825,8 @@ fn write_applier_config(
     cache_size: u64,
 ) -> Result<(PathBuf, PathBuf)> {
     let tls = work.join("tls");
-    tidelog::certs::init(&tls, &[], false)?;
-    let port = tidelog::demo::free_udp_port()?;
+    tidelog_testkit::pki::write(&tls)?;
+    let port = tidelog_testkit::cluster::free_udp_port()?;
     let sock = work.join("applier.sock");
     let cfg = work.join("applier.toml");
     let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();

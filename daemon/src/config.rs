@@ -341,6 +341,15 @@ impl TlsConfig {
         TlsConfig::defaults_for("shipper")
     }
 
+    /// The files, as the TLS set-up loads them (`tidelog_net::tls::TlsMaterial::load`).
+    pub fn files(&self) -> tidelog_net::tls::TlsFiles {
+        tidelog_net::tls::TlsFiles {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+        }
+    }
+
     /// Each file exists and is readable; the error names the key (`tls.ca`, …).
     pub fn validate(&self) -> Result<()> {
         for (key, path) in [("ca", &self.ca), ("cert", &self.cert), ("key", &self.key)] {

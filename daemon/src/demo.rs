@@ -16,8 +16,7 @@
 //! the directory (the daemons still get SIGTERM: `PR_SET_PDEATHSIG`).
 
 use std::fmt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -28,8 +27,12 @@ use clap::Args;
 use serde_json::Value;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::load::{self, LoadOptions, Workload};
-use crate::{certs, ctl};
+use tidelog_testkit::api::{bank_sum, Api, BANK_SCAN};
+use tidelog_testkit::cluster::LocalCluster;
+use tidelog_testkit::load::{self, LoadOptions, Workload};
+use tidelog_testkit::process::Daemon;
+
+use crate::ctl;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -50,246 +53,6 @@ pub struct DemoArgs {
     pub keep: bool,
 }
 
-/// A `tidelog apply|ship` child process (the demo's, the benchmarks'), SIGKILLed if still
-/// running when dropped.
-#[derive(Debug)]
-pub struct Daemon {
-    child: Option<Child>,
-    what: &'static str,
-    log: PathBuf,
-}
-
-impl Daemon {
-    /// Starts `exe what --config config` with stderr appended to `log` and
-    /// `RUST_LOG=rust_log`.
-    pub fn spawn(
-        exe: &Path,
-        what: &'static str,
-        config: &Path,
-        log: &Path,
-        rust_log: &str,
-    ) -> Result<Daemon> {
-        // Appended: a daemon restarted with the same config goes on in the same log.
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let mut cmd = Command::new(exe);
-        cmd.arg(what)
-            .arg("--config")
-            .arg(config)
-            .env("RUST_LOG", rust_log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(f);
-        // The daemon gets SIGTERM (a graceful stop) when the process that started it dies,
-        // however it dies (a SIGTERM or SIGKILL of the demo would otherwise leave it running).
-        // SAFETY: prctl(2) with integer arguments only, between fork and exec (async-signal-safe).
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {} {what}", exe.display()))?;
-        Ok(Daemon {
-            child: Some(child),
-            what,
-            log: log.to_path_buf(),
-        })
-    }
-
-    /// The child's pid (0 once stopped).
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    /// SIGTERM and wait for a clean exit (SIGKILL after `timeout`, an error then).
-    pub fn stop(&mut self, timeout: Duration) -> Result<()> {
-        let Some(mut c) = self.child.take() else {
-            return Ok(());
-        };
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(st) = c.try_wait()? {
-                if !st.success() {
-                    bail!(
-                        "tidelog {} exited with {st}; see {}",
-                        self.what,
-                        self.log.display()
-                    );
-                }
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                bail!(
-                    "tidelog {} did not stop within {timeout:?} of SIGTERM",
-                    self.what
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL, and reaps it (a crash, as far as the daemon can tell).
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Polls `ready` every 20 ms until it holds; an error if the child exits first or
-    /// `timeout` passes (`what` names the condition).
-    pub fn wait_until(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        mut ready: impl FnMut() -> Result<bool>,
-    ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if ready()? {
-                return Ok(());
-            }
-            self.check_alive()?;
-            if Instant::now() > deadline {
-                bail!("{what}: not within {timeout:?}; see {}", self.log.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// An error if the child has exited.
-    pub fn check_alive(&mut self) -> Result<()> {
-        if let Some(c) = &mut self.child {
-            if let Some(st) = c.try_wait()? {
-                bail!(
-                    "tidelog {} exited early with {st}; see {}",
-                    self.what,
-                    self.log.display()
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A UDP port free on 127.0.0.1 right now.
-pub fn free_udp_port() -> Result<u16> {
-    Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-/// An applier and a shipper on this machine, written under one directory: certificates
-/// (`tls/`), `applier.toml` and `shipper.toml` on 127.0.0.1 with a free UDP port (sync
-/// `batch`, `expect-tablets` t0..t{N-1}, one lane), admin sockets, and the source `wal/`.
-/// Used by `tidelog demo` and `tidelog-bench e2e`.
-#[derive(Debug, Clone)]
-pub struct LocalCluster {
-    pub applier_cfg: PathBuf,
-    pub shipper_cfg: PathBuf,
-    pub applier_sock: PathBuf,
-    pub shipper_sock: PathBuf,
-    pub wal: PathBuf,
-    pub port: u16,
-}
-
-impl LocalCluster {
-    /// `applier_extra`: more top-level applier keys, one `key = value` per line (each ending
-    /// in a newline), e.g. `apply-nice = -10\n`; empty for none.
-    pub fn write(
-        dir: &Path,
-        tablets: usize,
-        max_staleness: &str,
-        shipper_id: &str,
-        applier_extra: &str,
-    ) -> Result<LocalCluster> {
-        let tls = dir.join("tls");
-        certs::init(&tls, &[], false)?;
-        let port = free_udp_port()?;
-        let ids: Vec<String> = (0..tablets).map(|i| format!("\"t{i}\"")).collect();
-        let p = |f: &str| tls.join(f).display().to_string();
-        let c = LocalCluster {
-            applier_cfg: dir.join("applier.toml"),
-            shipper_cfg: dir.join("shipper.toml"),
-            applier_sock: dir.join("applier.sock"),
-            shipper_sock: dir.join("shipper.sock"),
-            wal: dir.join("wal"),
-            port,
-        };
-        std::fs::create_dir_all(&c.wal)?;
-        std::fs::write(
-            &c.applier_cfg,
-            format!(
-                "listen = \"127.0.0.1:{port}\"\ndata-dir = \"{}\"\nadmin-socket = \"{}\"\nsync = \"batch\"\nmax-staleness = \"{max_staleness}\"\nexpect-tablets = [{}]\n{applier_extra}[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-                dir.join("applier").display(), c.applier_sock.display(), ids.join(", "),
-                p("ca.pem"), p("applier.pem"), p("applier.key")
-            ),
-        )?;
-        std::fs::write(
-            &c.shipper_cfg,
-            format!(
-                "wal-dir = \"{}\"\napplier = \"127.0.0.1:{port}\"\nadmin-socket = \"{}\"\nshipper-id = \"{shipper_id}\"\nlanes = 1\n[tls]\nca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
-                c.wal.display(), c.shipper_sock.display(), p("ca.pem"), p("shipper.pem"), p("shipper.key")
-            ),
-        )?;
-        Ok(c)
-    }
-}
-
-/// A blocking client of an admin socket (one request at a time, on a runtime of its own).
-pub(crate) struct Api {
-    rt: tokio::runtime::Runtime,
-    socket: PathBuf,
-}
-
-impl Api {
-    pub(crate) fn new(socket: &Path) -> Result<Api> {
-        Ok(Api {
-            rt: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?,
-            socket: socket.to_path_buf(),
-        })
-    }
-
-    /// `GET path`: the status and the JSON body (`null` when not JSON); an error when the
-    /// daemon does not answer within 10 s.
-    pub(crate) fn get(&self, path: &str) -> Result<(u16, Value)> {
-        let a = self.rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                ctl::call(&self.socket, axum::http::Method::GET, path),
-            )
-            .await
-        })??;
-        Ok((
-            a.status.as_u16(),
-            serde_json::from_slice(&a.body).unwrap_or(Value::Null),
-        ))
-    }
-}
-
-/// The consistent read of every bank balance (`GET /v1/scan?prefix=acct/`).
-pub(crate) const BANK_SCAN: &str = "/v1/scan?prefix=acct/&limit=100000";
-
 /// Sums the bank at the safe time; `None` when no consistent read can be served yet.
 fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
     let (st, v) = api.get(BANK_SCAN)?;
@@ -297,21 +60,6 @@ fn bank_total(api: &Api) -> Result<Option<(u64, usize, String)>> {
         return Ok(None);
     }
     bank_sum(&v).map(Some)
-}
-
-/// The bank total, the number of accounts and the `read_ht` of a [`BANK_SCAN`] answer.
-pub(crate) fn bank_sum(v: &Value) -> Result<(u64, usize, String)> {
-    let items = v["items"].as_array().cloned().unwrap_or_default();
-    let mut total = 0u64;
-    for i in &items {
-        let s = i["value"].as_str().context("balance is not a string")?;
-        total += s.parse::<u64>().with_context(|| format!("balance {s:?}"))?;
-    }
-    Ok((
-        total,
-        items.len(),
-        v["read_ht"].as_str().unwrap_or("").to_string(),
-    ))
 }
 
 /// How long a daemon of the demo gets to stop after SIGTERM.
@@ -620,7 +368,7 @@ fn drive(
     out: &mut Out,
 ) -> Result<()> {
     let (asock, wal) = (&cluster.applier_sock, &cluster.wal);
-    let api = Api::new(asock)?;
+    let api = Api::new(asock);
     applier.wait_until(
         &format!("the applier answering on {}", asock.display()),
         Duration::from_secs(30),

@@ -1,20 +1,17 @@
 //! The `tidelog` daemon's library half: the pieces `main.rs` wires into the CLI and that the
-//! integration tests drive directly — configuration files, certificates, the admin API
-//! server helpers and its client (`ctl`), systemd notification, and the load generators
-//! (`load`) that `tidelog demo` and `tidelog-bench load` run, and the seeded fault run
-//! (`fault_run`) of `tidelog-bench faults`.
+//! integration tests drive directly — configuration files, the admin API server helpers
+//! and its client (`ctl`), systemd notification, and `tidelog demo` (on the test kit's
+//! local cluster and load generators, `tidelog-testkit`). TLS and `certs init` are in
+//! `tidelog-net`.
 //!
 //! It holds no shipping or applying logic: that is in `tidelog-shipper` and
 //! `tidelog-applier`; the WAL format is in `tidelog-wal`.
 
 pub mod admin;
 pub mod applier_daemon;
-pub mod certs;
 pub mod config;
 pub mod ctl;
 pub mod demo;
-pub mod fault_run;
-pub mod load;
 pub mod logging;
 pub mod memory;
 pub mod metrics;

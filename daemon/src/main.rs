@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use tidelog::{certs, ctl};
+use tidelog::ctl;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: the apply path allocates and frees small objects on
@@ -213,7 +213,7 @@ fn run(command: Command) -> Result<u8> {
         Command::Certs(CertsArgs {
             command: CertsCommand::Init { dir, sans, force },
         }) => {
-            let r = certs::init(&dir, &sans, force)?;
+            let r = tidelog_net::pki::init(&dir, &sans, force)?;
             for f in &r.files {
                 println!("wrote {}", f.display());
             }

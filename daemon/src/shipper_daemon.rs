@@ -17,7 +17,7 @@ use tidelog_shipper::{Shipper, ShipperOptions, TlsMaterial};
 use crate::admin::{self, ApiError, ApiQuery};
 use crate::config::{self, IoEngine, ShipperConfig};
 use crate::signals::Signals;
-use crate::{certs, metrics, notify, service};
+use crate::{metrics, notify, service};
 
 /// A graceful stop that takes longer exits at once (the unit's TimeoutStopSec is 30 s).
 const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(25);
@@ -45,7 +45,7 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 
 /// Everything a start would refuse, found without side effects: all `--check` does after
 /// parsing, and the first thing a start does, so the two cannot drift. The library
-/// options, `[tls]` loaded ([`certs::Material::load`]) and the QUIC client config built
+/// options, `[tls]` loaded ([`TlsMaterial::load`]) and the QUIC client config built
 /// from it as the lanes build it, the I/O engine chosen the way [`Shipper::start`] chooses
 /// it (`io-engine = "uring"` without a working io_uring fails), `metrics-listen` free and
 /// the admin socket bindable ([`admin::check_bind`]).
@@ -53,11 +53,11 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 /// not valid yet; the warnings are a private key others can read, a certificate that
 /// expires within 30 days and, with `check`, `auto` falling back to `std` (a start logs
 /// that itself).
-fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<String>)> {
+fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(TlsMaterial, Vec<String>)> {
     let opts = options(cfg)?;
-    let (tls, mut warnings) = certs::Material::load_checked(&cfg.tls)?;
+    let (tls, mut warnings) = TlsMaterial::load_checked(&cfg.tls.files())?;
     warnings.extend(cfg.wal_dir_missing());
-    tidelog_shipper::tls::client_config(&lane_material(&tls), &opts.quic).context("[tls]")?;
+    tidelog_net::tls::client_config(&tls, &opts.quic).context("[tls]")?;
     match tidelog_shipper::io::choose(opts.io_engine) {
         Err(e) => bail!("key \"io-engine\": {e}"),
         Ok((_, Some(why))) if check => warnings.push(format!(
@@ -72,15 +72,6 @@ fn preflight(cfg: &ShipperConfig, check: bool) -> Result<(certs::Material, Vec<S
     }
     admin::check_bind(&cfg.admin_socket)?;
     Ok((tls, warnings))
-}
-
-/// The shipper library's copy of the TLS material.
-fn lane_material(m: &certs::Material) -> TlsMaterial {
-    TlsMaterial {
-        ca: m.ca.clone(),
-        chain: m.chain.clone(),
-        key: m.key.clone_key(),
-    }
 }
 
 /// The library options for a config.
@@ -106,16 +97,12 @@ pub fn options(cfg: &ShipperConfig) -> Result<ShipperOptions> {
     Ok(o)
 }
 
-async fn serve(cfg: ShipperConfig, tls: certs::Material) -> Result<()> {
+async fn serve(cfg: ShipperConfig, tls: TlsMaterial) -> Result<()> {
     // Before anything slow: a SIGTERM from now on is handled, never the default kill.
     let mut signals = Signals::install()?;
     notify::status("starting: scanning the WAL directory, connecting to the applier");
-    let certs::Material { ca, chain, key } = tls;
     let opts = options(&cfg)?;
-    let shipper = Arc::new(
-        tokio::task::spawn_blocking(move || Shipper::start(opts, TlsMaterial { ca, chain, key }))
-            .await??,
-    );
+    let shipper = Arc::new(tokio::task::spawn_blocking(move || Shipper::start(opts, tls)).await??);
     let stop = admin::StopSignal::new();
     let stopped = || stop.stopped();
     let listener = admin::bind(&cfg.admin_socket).await?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use tidelog::load::{self, LoadOptions, Workload};
+use tidelog_testkit::load::{self, LoadOptions, Workload};
 
 fn expect_tablets(n: usize) -> String {
     let t: Vec<String> = (0..n).map(|i| format!("\"t{i}\"")).collect();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-use tidelog::load::{self, LoadOptions, Workload};
+use tidelog_testkit::load::{self, LoadOptions, Workload};
 use tidelog_wal::{Body, ReadLimit, Reader};
 
 const TABLETS: usize = 4;

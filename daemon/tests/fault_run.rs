@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tidelog::fault_run::{self, FaultKind, FaultRunOptions};
+use tidelog_testkit::fault_run::{self, FaultKind, FaultRunOptions};
 
 #[test]
 fn a_short_seeded_fault_run_recovers_from_each_fault_with_nothing_lost() {

@@ -68,7 +68,7 @@ fn certs_init_writes_six_files_keys_0600_and_refuses_to_overwrite() {
         }
     }
     // The applier certificate carries the SANs; both certificates chain to the CA.
-    let applier = tidelog::certs::load_certs(&dir.join("applier.pem")).unwrap();
+    let applier = tidelog_net::tls::load_certs(&dir.join("applier.pem")).unwrap();
     let der = applier[0].as_ref();
     assert!(der.windows(b"dr.example".len()).any(|w| w == b"dr.example"));
     assert!(der.windows(4).any(|w| w == [10, 9, 8, 7]));

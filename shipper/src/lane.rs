@@ -18,9 +18,7 @@ use tokio::sync::mpsc;
 
 use crate::io::IoEngine;
 use crate::stream::{tablet_task, write_acked};
-use crate::{
-    read_bytes, refusal_state, tablet_state, tls, LaneCmd, Shared, ShipState, ShipperOptions,
-};
+use crate::{read_bytes, refusal_state, tablet_state, LaneCmd, Shared, ShipState, ShipperOptions};
 
 pub(crate) fn run_lane(shared: Arc<Shared>, lane: u32, rx: mpsc::UnboundedReceiver<LaneCmd>) {
     let fut = lane_main(shared.clone(), lane, rx);
@@ -121,7 +119,7 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
                 // With TLS 1.3 the applier checks this shipper's certificate after the
                 // handshake looked done here: its refusal ends a "connection" that never was.
                 let text = format!("{e:#}");
-                let e = match tidelog_net::CertRefusal::of(&text) {
+                let e = match tidelog_net::tls::CertRefusal::of(&text) {
                     Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
                         anyhow::Error::new(NotConnected::new(&shared.opts, &text))
                     }
@@ -182,33 +180,11 @@ struct NotConnected(String);
 
 impl NotConnected {
     fn new(opts: &ShipperOptions, why: &str) -> NotConnected {
-        use tidelog_net::CertRefusal;
-        let ca = opts
-            .ca_file
-            .as_ref()
-            .map_or("the configured CA".into(), |p| p.display().to_string());
-        let meaning = match CertRefusal::of(why) {
-            None => why.to_string(),
-            // Our verifier refused the applier's certificate: a local `invalid peer
-            // certificate`; the applier refusing ours comes back "aborted by peer".
-            Some(r) if !why.contains("by peer") => match r {
-                CertRefusal::OtherCa => format!(
-                    "the applier's certificate is not signed by the configured CA (ca = {ca}) ({why})"
-                ),
-                CertRefusal::WrongName => format!(
-                    "the applier's certificate does not name {:?} (server-name) ({why})",
-                    opts.server_name
-                ),
-                CertRefusal::OutOfDate => {
-                    format!("the applier's certificate has expired or is not valid yet ({why})")
-                }
-                CertRefusal::Other => format!("the applier's certificate was refused ({why})"),
-            },
-            Some(_) => format!(
-                "the applier refused this shipper's certificate: is it signed by the CA the \
-                 applier trusts? ({why})"
-            ),
-        };
+        let meaning = tidelog_net::tls::refusal::server_refused(
+            why,
+            opts.ca_file.as_deref(),
+            &opts.server_name,
+        );
         NotConnected(format!(
             "cannot connect to the applier at {}: {meaning}",
             opts.applier
@@ -235,7 +211,7 @@ async fn connection(
     fail::fail_point!(&format!("shipper::lane_{lane}_connect"), |_| Err(
         anyhow::anyhow!("failpoint: lane {lane} does not connect")
     ));
-    let cc = tls::client_config(&shared.tls, &shared.opts.quic)?;
+    let cc = tidelog_net::tls::client_config(&shared.tls, &shared.opts.quic)?;
     let connecting = endpoint.connect_with(cc, shared.opts.applier, &shared.opts.server_name)?;
     tokio::pin!(connecting);
     // An unreachable applier would hold the handshake until the idle timeout: give up

@@ -24,7 +24,6 @@ mod lane;
 pub mod metrics;
 mod stream;
 pub mod tail;
-pub mod tls;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -44,7 +43,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::io::{IoChoice, IoEngine};
 pub use crate::lane::client_endpoint;
 use crate::lane::run_lane;
-pub use crate::tls::TlsMaterial;
+pub use tidelog_net::tls::TlsMaterial;
 
 /// What the shipper needs to run (the daemon maps `shipper.toml` onto this).
 #[derive(Clone, Debug)]
@@ -396,7 +395,7 @@ impl Shipper {
             opts.lanes = std::thread::available_parallelism().map_or(1, |n| n.get());
         }
         // Fail early on an unusable TLS setup rather than in every lane.
-        tls::client_config(&tls, &opts.quic)?;
+        tidelog_net::tls::client_config(&tls, &opts.quic)?;
         let lanes = opts.lanes;
         let shared = Arc::new(Shared {
             opts,

@@ -117,7 +117,7 @@ fn assert_prefix(
 #[test]
 fn a_corrupted_frame_is_refused_then_resent_and_the_log_ends_identical() {
     let _s = serial(&["shipper::corrupt_frame"]);
-    let p = pki("corrupt");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let recv_root = dst.path().join("received");
@@ -192,7 +192,7 @@ fn a_corrupted_frame_is_refused_then_resent_and_the_log_ends_identical() {
 /// stays `failed`, and that tablet 1 keeps flowing.
 fn a_failed_disk_write_is_never_acked(failpoint: &'static str, action: &str) {
     let _s = serial(&[failpoint]);
-    let p = pki("disk");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let recv_root = dst.path().join("received");
@@ -416,7 +416,7 @@ fn raw_source(dir: &Path, t: &TabletId, n: u64) -> Raw {
 #[test]
 fn hostile_frames_are_refused_with_nothing_written_and_the_intake_stays_healthy() {
     let _s = serial(&[]);
-    let p = pki("hostile");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let recv_root = dst.path().join("received");
@@ -538,11 +538,9 @@ fn hostile_frames_are_refused_with_nothing_written_and_the_intake_stays_healthy(
     ];
 
     rt.block_on(async {
-        let cc = tidelog_shipper::tls::client_config(
-            &client_tls(&p),
-            &tidelog_net::QuicTuning::default(),
-        )
-        .unwrap();
+        let cc =
+            tidelog_net::tls::client_config(&client_tls(&p), &tidelog_net::QuicTuning::default())
+                .unwrap();
         let ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
         let conn = tokio::time::timeout(WAIT, ep.connect_with(cc, addr, "localhost").unwrap())
             .await

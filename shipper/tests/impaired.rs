@@ -19,7 +19,7 @@ const SILENCE: Duration = Duration::from_millis(600);
 
 #[test]
 fn ships_exactly_once_through_loss_reorder_and_a_partition() {
-    let p = pki("impaired");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()

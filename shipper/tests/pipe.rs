@@ -82,7 +82,7 @@ fn shipper_opts(
 }
 
 fn ships_8_tablets(io: IoChoice, lanes: usize, direct_io: bool) {
-    let p = pki("t");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
@@ -162,8 +162,8 @@ fn ships_8_tablets_identically_with_std_reads_over_1_lane() {
 
 #[test]
 fn a_shipper_from_another_ca_is_refused() {
-    let good = pki("good");
-    let evil = pki("evil");
+    let good = pki();
+    let evil = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
@@ -172,7 +172,7 @@ fn a_shipper_from_another_ca_is_refused() {
     write_records(&mut w, 0, 50, 10);
     // Trusts the applier's CA but presents a client certificate signed by another CA.
     let mut tls = client_tls(&evil);
-    tls.ca = vec![good.ca.clone()];
+    tls.ca = client_tls(&good).ca;
     let shipper = Shipper::start(
         shipper_opts(src.path(), intake.local_addr().unwrap(), IoChoice::Auto, 1),
         tls,
@@ -213,7 +213,7 @@ fn a_shipper_from_another_ca_is_refused() {
 
 #[test]
 fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
-    let p = pki("claim");
+    let p = pki();
     let (src1, src2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
@@ -277,7 +277,7 @@ fn a_tablet_claimed_by_a_live_shipper_is_refused_for_a_second() {
 /// it counts for the target's safe time only from its announcement on.
 #[test]
 fn a_tablet_created_while_running_is_shipped_without_waiting_for_a_rescan() {
-    let p = pki("t");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     // Entries that are not tablets (a file system's `lost+found`, a file an operator left)
@@ -319,7 +319,7 @@ fn a_tablet_created_while_running_is_shipped_without_waiting_for_a_rescan() {
 #[test]
 fn a_damaged_source_record_stops_its_tablet_in_error_naming_the_file() {
     use std::os::unix::fs::FileExt;
-    let p = pki("t");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
@@ -469,7 +469,7 @@ fn cached_pages(
 /// small frames, through the page cache again, where apply reads it back at once.
 #[test]
 fn a_backlog_goes_around_the_page_cache_and_a_live_stream_through_it() {
-    let p = pki("t");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
@@ -555,7 +555,7 @@ fn row(shipper: &Shipper, t: &tidelog_wal::TabletId) -> Option<(String, Option<S
 /// acknowledged it is `idle`.
 #[test]
 fn unacknowledged_bytes_are_catching_up_not_idle() {
-    let p = pki("lag");
+    let p = pki();
     let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let rt = rt();
     let intake = start_intake(&rt, &p, dst.path());
@@ -595,7 +595,7 @@ fn a_full_target_disk_is_a_target_error_that_clears() {
     let Some(fs) = tmpfs::Tmpfs::mount(256 << 10) else {
         return;
     };
-    let p = pki("full");
+    let p = pki();
     let src = tempfile::tempdir().unwrap();
     let rt = rt();
     // Received segments larger than the target's disk.
@@ -645,7 +645,7 @@ fn a_source_whose_first_segment_failed_is_empty_not_needs_bootstrap() {
     let Some(fs) = tmpfs::Tmpfs::mount(256 << 10) else {
         return;
     };
-    let p = pki("empty");
+    let p = pki();
     let dst = tempfile::tempdir().unwrap();
     let rt = rt();
     let intake = start_intake(&rt, &p, dst.path());

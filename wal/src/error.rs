@@ -138,7 +138,8 @@ impl Error {
         }
     }
 
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// An I/O error of `op` on `path`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             op,
             path: path.into(),

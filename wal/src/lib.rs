@@ -5,9 +5,9 @@
 //! increasing hybrid time. This crate contains the ids and time types, the record model and
 //! its on-disk format (`wal/FORMAT.md`), the [`Writer`] with its sync policies, the
 //! [`Reader`] that another process may run while the writer writes, recovery of a torn tail,
-//! retention against the shipper's `acked` file, the source [`Session`] that hands out trx
-//! ids and gtids, the checks of a run of encoded records ([`verify`]), and the JSON form of
-//! records used by `tidelog wal dump|append`.
+//! retention against the shipper's `acked` file, the checks of a run of encoded records
+//! ([`verify`]), and the JSON form of records used by `tidelog wal dump|append`. (The source
+//! session that hands out trx ids and gtids is in the test kit, `tidelog-testkit`.)
 //!
 //! It contains no networking code (the wire protocol is `tidelog-proto`'s, the sockets
 //! `tidelog-net`'s) and starts no threads except the group-commit flusher of a writer
@@ -28,20 +28,18 @@ pub mod record;
 pub mod recovery;
 pub mod retention;
 mod segment;
-pub mod session;
 pub mod time;
 pub mod verify;
 pub mod writer;
 
 pub use direct::supported as direct_io_supported;
 pub use error::{Error, ParseError, Result};
-pub use fsutil::write_atomic_private;
+pub use fsutil::{write_atomic, write_atomic_private};
 pub use heartbeat::Heartbeat;
 pub use ids::{Gtid, TabletId, TrxId, TxnId};
 pub use pos::{AtomicWalPos, WalPos};
 pub use reader::{ReadLimit, Reader};
 pub use record::{Body, Op, Record};
 pub use recovery::RecoveryReport;
-pub use session::{DistributedTxn, Session};
 pub use time::{HybridClock, HybridTime};
 pub use writer::{SyncPolicy, WalOptions, Writer};

@@ -20,9 +20,11 @@
 //!
 //! The protocol's rules (claims, the answer to a Hello, the checks of each frame, acks of
 //! durable positions only) are `tidelog-proto`'s I/O-free machines, which its simulation
-//! checks. Here: `serve.rs` runs a connection's streams, `writer.rs` a tablet's received
-//! log and its writer thread, `state.rs` what status shows; this file the intake's front
-//! door and its tablets.
+//! checks. The files form a DAG, each naming only those after it: this file (the front
+//! door, [`Intake`]) → `serve.rs` (a connection's control and tablet streams) → `shared.rs`
+//! (the tablets, claims and connections its tasks share) → `writer.rs` (a tablet's received
+//! log and its writer thread) → `tablet.rs` (one tablet's intake) → `options.rs`,
+//! `state.rs`.
 //!
 //! # Clock skew
 //!
@@ -41,349 +43,31 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
-use tidelog_proto::intake::{Claims, Durable};
-use tidelog_wal::{Heartbeat, HybridTime, SyncPolicy, TabletId, WalOptions, WalPos, Writer};
-use tokio::sync::watch;
+use tidelog_net::tls::{server_config, TlsMaterial};
+use tidelog_wal::TabletId;
 use tracing::Instrument;
 
-use crate::frame_queue::FrameQueue;
-use crate::latency::{HistogramSnapshot, LatencyHistogram};
-use crate::tls::{server_config, TlsMaterial};
-
+mod options;
 mod serve;
+mod shared;
 mod state;
+mod tablet;
 mod writer;
 
-use serve::serve_connection;
+pub use options::{DurableHook, IntakeOptions, DEFAULT_MAX_CLOCK_SKEW};
 pub use state::{IntakeActivity, TabletState, BACKLOG_FRAME, RECEIVED_CACHE_KEEP};
+pub use tablet::{TabletIntake, TabletIntakeStatus};
 pub use writer::recover_received_logs;
-use writer::{writer_thread, ReceivedLog};
 
-/// What the intake needs to run.
-#[derive(Clone, Debug)]
-pub struct IntakeOptions {
-    pub listen: SocketAddr,
-    pub data_dir: PathBuf,
-    /// `always`: sync every frame before its ack; `batch`: one sync per group of queued
-    /// frames (group commit); `none`: ack once written (a machine crash may lose acked data).
-    pub sync: SyncPolicy,
-    pub segment_size: u64,
-    pub applier_id: String,
-    pub quic: tidelog_net::QuicTuning,
-    /// Frames queued per tablet between the stream and its writer thread.
-    pub queue_frames: usize,
-    /// Write the received logs with `O_DIRECT` (`WalOptions::direct_io`). Where the file
-    /// system refuses it, the logs are written through the page cache, with a warning.
-    pub direct_io: bool,
-    /// Without `direct_io`: while a shipper catches up ([`IntakeActivity::catching_up`]),
-    /// the received-log segments begun are written with `O_DIRECT`, and through the page
-    /// cache again once the catch-up is over (`Writer::set_direct_io`). A live stream's
-    /// small frames keep the page cache, where apply reads them back at once.
-    pub direct_io_in_catch_up: bool,
-    /// A data frame whose safe time or record ht is further ahead of this host's clock is
-    /// refused (see the module doc). Default 500 ms.
-    pub max_clock_skew: Duration,
-    /// The file the CA of the TLS material came from, named when a shipper's certificate
-    /// is refused (default none).
-    pub ca_file: Option<PathBuf>,
-}
-
-impl IntakeOptions {
-    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> IntakeOptions {
-        IntakeOptions {
-            listen,
-            data_dir,
-            sync: SyncPolicy::Batch,
-            segment_size: 64 << 20,
-            applier_id: "tidelog-applier".into(),
-            quic: tidelog_net::QuicTuning::default(),
-            queue_frames: 64,
-            direct_io: false,
-            direct_io_in_catch_up: false,
-            max_clock_skew: DEFAULT_MAX_CLOCK_SKEW,
-            ca_file: None,
-        }
-    }
-
-    /// The options of each received log's writer (`direct_io` as the file system allows).
-    pub fn wal_options(&self, direct_io: bool) -> WalOptions {
-        WalOptions {
-            segment_size: self.segment_size,
-            // Written with `append_encoded` only (through the file): nothing to pre-fault.
-            prefault: false,
-            direct_io,
-            ..WalOptions::default()
-        }
-    }
-
-    /// What [`Intake::start`], or the writer of a tablet's received log later, would
-    /// refuse in these options (a segment size outside the WAL's limits).
-    pub fn validate(&self) -> Result<()> {
-        self.wal_options(self.direct_io)
-            .validate()
-            .map_err(anyhow::Error::from)
-    }
-}
-
-/// Called after each durable append to a tablet's received log (wakes the apply stage),
-/// and for every tablet a shipper announces in a `Hello` (its own lane's and the others',
-/// `all_tablets`) before the intake answers, with the received log's durable end (the
-/// intake's own tablets) or zero: the tablet exists and must count for the safe time from
-/// now on, before any announced tablet's data is applied.
-pub type DurableHook = Arc<dyn Fn(&TabletId, WalPos) + Send + Sync>;
-
-/// Default of [`IntakeOptions::max_clock_skew`].
-pub const DEFAULT_MAX_CLOCK_SKEW: Duration = Duration::from_millis(500);
-
-/// One frame on its way to the writer thread.
-struct WriteReq {
-    stream: u64,
-    first: WalPos,
-    payload: Bytes,
-}
-
-/// The intake side of one tablet.
-#[derive(Debug)]
-pub struct TabletIntake {
-    pub tablet: TabletId,
-    /// The received log's end when this process opened it: `records` and `bytes` count
-    /// what was written after it.
-    opened_at: WalPos,
-    /// Which connection owns which tablet (the intake's, shared by its tablets).
-    claims: Arc<Mutex<Claims>>,
-    state: AtomicU8,
-    paused: AtomicBool,
-    received_pos: AtomicU64,
-    safe_time: AtomicU64,
-    records: AtomicU64,
-    bytes: AtomicU64,
-    last_frame_ms: AtomicU64,
-    queue: Arc<FrameQueue<WriteReq>>,
-    durable: watch::Receiver<Durable>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    last_error: Mutex<Option<String>>,
-    /// `last_error` is set (read on every frame without taking its lock).
-    has_error: AtomicBool,
-    /// Why the last data frame was refused for clock skew, until one passes the check.
-    skew: Mutex<Option<String>>,
-    /// Set at shutdown: the writer thread finishes its queue and exits.
-    stop: AtomicBool,
-    /// Held by the writer thread from its check of `paused` until its group is written and
-    /// published, so that [`Intake::set_paused`] can wait out a group in progress: once a
-    /// pause answers, nothing more reaches the received log.
-    write_gate: Mutex<()>,
-    /// Beats once per writer-thread iteration (at least every 50 ms while idle).
-    heartbeat: Heartbeat,
-    /// Frames refused as malformed (bad header or body, bad record, wrong position).
-    frame_errors: AtomicU64,
-    /// Of those, frames whose message or record checksum did not match.
-    checksum_errors: AtomicU64,
-    /// Age of the newest record of each group when it became durable (the `received` lag
-    /// stage).
-    received_age: LatencyHistogram,
-}
-
-impl std::fmt::Debug for WriteReq {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WriteReq({}, {} bytes)", self.first, self.payload.len())
-    }
-}
-
-/// A snapshot of one tablet for status.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct TabletIntakeStatus {
-    pub received_pos: u64,
-    pub safe_time: u64,
-    pub records: u64,
-    pub bytes: u64,
-    pub state: &'static str,
-    pub shipper: Option<String>,
-    pub last_frame_ms_ago: Option<u64>,
-    pub error: Option<String>,
-}
-
-impl TabletIntake {
-    /// The received log's end when this process opened it; the record and byte counts of
-    /// [`TabletIntake::status`] are of what was received after it.
-    pub fn opened_at(&self) -> WalPos {
-        self.opened_at
-    }
-
-    pub fn received_pos(&self) -> WalPos {
-        WalPos(self.received_pos.load(Ordering::Acquire))
-    }
-    pub fn safe_time(&self) -> HybridTime {
-        HybridTime(self.safe_time.load(Ordering::Acquire))
-    }
-    pub fn state(&self) -> TabletState {
-        if self.paused.load(Ordering::Relaxed) {
-            return TabletState::Paused;
-        }
-        let st = TabletState::from_u8(self.state.load(Ordering::Relaxed));
-        if !matches!(st, TabletState::Failed | TabletState::DiskFull) && lock(&self.skew).is_some()
-        {
-            return TabletState::ClockSkew;
-        }
-        st
-    }
-
-    /// Why the tablet's frames are refused for clock skew, if the last data frame was.
-    pub fn clock_skew(&self) -> Option<String> {
-        lock(&self.skew).clone()
-    }
-
-    /// Records the outcome of a data frame's clock-skew check (`None`: it passed).
-    fn set_clock_skew(&self, reason: Option<String>) {
-        let mut g = lock(&self.skew);
-        match (&*g, &reason) {
-            (Some(_), None) => {
-                tracing::info!(tablet = %self.tablet, "a data frame is within max-clock-skew again: clock_skew cleared");
-            }
-            (None, Some(r)) => tracing::warn!(tablet = %self.tablet, "{r}"),
-            _ => {}
-        }
-        *g = reason;
-    }
-    /// When the tablet's writer thread last went round its loop (it waits at most 50 ms for
-    /// a frame, so a healthy idle writer beats at least that often).
-    pub fn last_progress(&self) -> Instant {
-        self.heartbeat.last()
-    }
-
-    /// Whether the writer thread still runs (false once the received log failed, or after
-    /// shutdown).
-    pub fn writer_running(&self) -> bool {
-        lock(&self.thread)
-            .as_ref()
-            .is_some_and(|h| !h.is_finished())
-    }
-
-    /// Frames refused as malformed since start: (all of them, those with a bad checksum).
-    pub fn frame_errors(&self) -> (u64, u64) {
-        (
-            self.frame_errors.load(Ordering::Relaxed),
-            self.checksum_errors.load(Ordering::Relaxed),
-        )
-    }
-
-    /// How old each durable group's newest record was when it became durable.
-    pub fn received_age(&self) -> HistogramSnapshot {
-        self.received_age.snapshot()
-    }
-
-    /// Records `e` as the tablet's error (status shows it until the condition ends).
-    fn set_error(&self, e: impl Into<String>) {
-        *lock(&self.last_error) = Some(e.into());
-        self.has_error.store(true, Ordering::Release);
-    }
-
-    /// The error shown so far no longer holds.
-    fn clear_error(&self) {
-        if self.has_error.swap(false, Ordering::AcqRel) {
-            *lock(&self.last_error) = None;
-        }
-    }
-
-    /// A stream delivered a frame or keep-alive: the shipper ships again, so what it
-    /// reported before (`needs_bootstrap`) or a stream that was refused is over. A failed or
-    /// full received log keeps its error: that ends only on the writer's side.
-    fn shipping_again(&self) {
-        let st = TabletState::from_u8(self.state.load(Ordering::Relaxed));
-        if matches!(st, TabletState::Failed | TabletState::DiskFull) {
-            return;
-        }
-        if st == TabletState::NeedsBootstrap {
-            let _ = self.state.compare_exchange(
-                TabletState::NeedsBootstrap as u8,
-                TabletState::Streaming as u8,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
-        }
-        if self.has_error.load(Ordering::Acquire) {
-            tracing::info!(tablet = %self.tablet, "shipping again: earlier error cleared");
-            self.clear_error();
-        }
-    }
-
-    /// Counts a refused frame; `checksum` when a checksum did not match.
-    fn count_frame_error(&self, checksum: bool) {
-        self.frame_errors.fetch_add(1, Ordering::Relaxed);
-        if checksum {
-            self.checksum_errors.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub fn status(&self) -> TabletIntakeStatus {
-        let last = self.last_frame_ms.load(Ordering::Relaxed);
-        TabletIntakeStatus {
-            received_pos: self.received_pos().0,
-            safe_time: self.safe_time().0,
-            records: self.records.load(Ordering::Relaxed),
-            bytes: self.bytes.load(Ordering::Relaxed),
-            state: self.state().name(),
-            shipper: lock(&self.claims)
-                .owner(&self.tablet)
-                .map(|o| o.shipper_id.clone()),
-            last_frame_ms_ago: (last > 0).then(|| now_ms().saturating_sub(last)),
-            error: self.clock_skew().or_else(|| lock(&self.last_error).clone()),
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-#[derive(Debug)]
-struct Shared {
-    opts: IntakeOptions,
-    tablets: Mutex<BTreeMap<TabletId, Arc<TabletIntake>>>,
-    /// Which live connection ships each tablet (one shipper per tablet).
-    claims: Arc<Mutex<Claims>>,
-    conn_ids: AtomicU64,
-    stream_ids: AtomicU64,
-    /// Intake stopped (pause of all, or promote): new connections are refused.
-    closed: AtomicBool,
-    paused_all: AtomicBool,
-    hook: Mutex<Hook>,
-    /// Set by a cutover: every tablet a shipper announces is refused with this reason.
-    refusal: Mutex<Option<String>>,
-    /// Live shipper connections, so a cutover can close them.
-    conns: Mutex<BTreeMap<u64, quinn::Connection>>,
-    activity: Arc<IntakeActivity>,
-    /// The received logs are written with `O_DIRECT`: asked for, and the file system takes
-    /// it.
-    direct_io: bool,
-    /// Their segments begun during a catch-up are (asked for, and the file system takes it).
-    direct_io_in_catch_up: bool,
-}
-
-struct Hook(Option<DurableHook>);
-
-impl std::fmt::Debug for Hook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() {
-            "Hook(set)"
-        } else {
-            "Hook(none)"
-        })
-    }
-}
+use options::Hook;
+use serve::serve_connection;
+use shared::Shared;
+use tablet::lock;
 
 /// A QUIC server endpoint on `listen`, its UDP socket's receive buffer sized to `rcvbuf`
 /// bytes (`quic.udp-receive-buffer`, [`tidelog_net::bind_udp`]). Must run inside a
@@ -419,8 +103,8 @@ impl Intake {
         opts.validate()?;
         let root = opts.data_dir.join("received");
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let sc = server_config(tls, &opts.quic)?;
-        let ec = crate::tls::endpoint_config(&opts.data_dir)?;
+        let sc = server_config(&tls, &opts.quic)?;
+        let ec = crate::endpoint::endpoint_config(&opts.data_dir)?;
         let (endpoint, rcvbuf) = server_endpoint(opts.listen, ec, sc, opts.quic.udp_receive_buffer)
             .with_context(|| format!("listening on udp {}", opts.listen))?;
         let supported =
@@ -435,7 +119,7 @@ impl Intake {
             stream_ids: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             paused_all: AtomicBool::new(false),
-            hook: Mutex::new(Hook(hook)),
+            hook: Arc::new(Mutex::new(Hook(hook))),
             refusal: Mutex::new(None),
             conns: Mutex::new(BTreeMap::new()),
             activity: Arc::default(),
@@ -600,22 +284,9 @@ impl Intake {
                     }
                     Err(e) => {
                         let why = e.to_string();
-                        let ca = shared
-                            .opts
-                            .ca_file
-                            .as_ref()
-                            .map_or("the configured CA".to_string(), |p| p.display().to_string());
-                        match tidelog_net::CertRefusal::of(&why) {
-                            Some(tidelog_net::CertRefusal::OtherCa) => tracing::warn!(
-                                %remote,
-                                "shipper refused: its certificate is not signed by the configured CA (ca = {ca}) ({why})"
-                            ),
-                            Some(_) => tracing::warn!(
-                                %remote,
-                                "shipper refused: its certificate is not acceptable ({why})"
-                            ),
-                            None => tracing::warn!(%remote, "shipper handshake failed: {why}"),
-                        }
+                        let ca = shared.opts.ca_file.as_deref();
+                        let msg = tidelog_net::tls::refusal::client_refused(&why, ca);
+                        tracing::warn!(%remote, "{msg}");
                     }
                 }
             });
@@ -630,101 +301,4 @@ fn direct_io_supported(root: &std::path::Path) -> bool {
         tracing::warn!(dir = %root.display(), "the file system refuses O_DIRECT: received logs are written through the page cache");
     }
     ok
-}
-
-impl Shared {
-    /// The tablet's intake, creating it (and its received log) on first use.
-    fn tablet(self: &Arc<Self>, t: &TabletId) -> Result<Arc<TabletIntake>> {
-        let mut map = lock(&self.tablets);
-        if let Some(ti) = map.get(t) {
-            return Ok(ti.clone());
-        }
-        let log = ReceivedLog {
-            root: self.opts.data_dir.join("received"),
-            tablet: t.clone(),
-            opts: self.opts.wal_options(self.direct_io),
-        };
-        // A log that cannot be created for lack of space still makes a tablet, shown with
-        // the path and the space it needs; its writer thread opens the log once there is.
-        let (writer, initial_error) = match log.open() {
-            Ok(w) => (Some(w), None),
-            Err(e) => match log.no_space(&e) {
-                Some(msg) => {
-                    tracing::error!(tablet = %t, "received log: {msg}; intake waits for space");
-                    (None, Some(msg))
-                }
-                None => {
-                    return Err(anyhow::Error::from(e)
-                        .context(format!("opening the received log of tablet {t}")))
-                }
-            },
-        };
-        let start = writer.as_ref().map_or(WalPos::ZERO, Writer::written_pos);
-        let start_ht = writer
-            .as_ref()
-            .and_then(Writer::last_ht)
-            .unwrap_or_default();
-        let state = match writer {
-            Some(_) => TabletState::Disconnected,
-            None => TabletState::DiskFull,
-        };
-        let queue = Arc::new(FrameQueue::new(self.opts.queue_frames));
-        let (dtx, drx) = watch::channel(Durable {
-            pos: start,
-            safe_time: start_ht,
-            error: None,
-        });
-        let ti = Arc::new(TabletIntake {
-            tablet: t.clone(),
-            opened_at: start,
-            claims: self.claims.clone(),
-            state: AtomicU8::new(state as u8),
-            paused: AtomicBool::new(self.paused_all.load(Ordering::SeqCst)),
-            received_pos: AtomicU64::new(start.0),
-            safe_time: AtomicU64::new(start_ht.0),
-            records: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            last_frame_ms: AtomicU64::new(0),
-            queue: queue.clone(),
-            durable: drx,
-            thread: Mutex::new(None),
-            last_error: Mutex::new(initial_error.clone()),
-            has_error: AtomicBool::new(initial_error.is_some()),
-            skew: Mutex::new(None),
-            stop: AtomicBool::new(false),
-            heartbeat: Heartbeat::new(),
-            write_gate: Mutex::new(()),
-            frame_errors: AtomicU64::new(0),
-            checksum_errors: AtomicU64::new(0),
-            received_age: LatencyHistogram::new(),
-        });
-        let (ti2, shared) = (ti.clone(), self.clone());
-        let sync = self.opts.sync;
-        let h = std::thread::Builder::new()
-            .name(format!("recv-{t}"))
-            .spawn(move || writer_thread(writer, log, &queue, dtx, ti2, shared, sync))
-            .context("spawning a writer thread")?;
-        *lock(&ti.thread) = Some(h);
-        map.insert(t.clone(), ti.clone());
-        tracing::info!(tablet = %t, received = %start, "tablet intake ready");
-        Ok(ti)
-    }
-
-    fn owned_by(&self, ti: &TabletIntake, conn_id: u64) -> bool {
-        lock(&self.claims).owned_by(&ti.tablet, conn_id)
-    }
-
-    /// Connection `conn_id` ended: its tablets are free, and no longer streaming.
-    fn release(&self, conn_id: u64) {
-        let freed = lock(&self.claims).release(conn_id);
-        let tablets = lock(&self.tablets);
-        for ti in freed.iter().filter_map(|t| tablets.get(t)) {
-            let _ = ti.state.compare_exchange(
-                TabletState::Streaming as u8,
-                TabletState::Disconnected as u8,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
-        }
-    }
 }

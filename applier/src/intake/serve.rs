@@ -17,7 +17,9 @@ use tidelog_wal::{HybridTime, TabletId, WalPos};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::{lock, now_ms, Shared, TabletIntake, TabletState, WriteReq};
+use super::shared::Shared;
+use super::state::TabletState;
+use super::tablet::{lock, now_ms, TabletIntake, WriteReq};
 use crate::frame_queue::PushError;
 
 /// Whether data frame `f` (records `payload`) is beyond this host's clock plus `max`: the

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -14,10 +14,20 @@ use tidelog_proto::intake::Durable;
 use tidelog_wal::{SyncPolicy, TabletId, WalOptions, Writer};
 use tokio::sync::watch;
 
-use super::{
-    lock, IntakeOptions, Shared, TabletIntake, TabletState, WriteReq, RECEIVED_CACHE_KEEP,
-};
+use super::options::{Hook, IntakeOptions};
+use super::state::{IntakeActivity, TabletState, RECEIVED_CACHE_KEEP};
+use super::tablet::{lock, TabletIntake, WriteReq};
 use crate::frame_queue::FrameQueue;
+
+/// What a writer thread takes from the intake it belongs to.
+pub(super) struct WriterCtx {
+    /// Told of each durable group (a catch-up is in progress while large frames arrive).
+    pub(super) activity: Arc<IntakeActivity>,
+    /// Segments begun during a catch-up are written with `O_DIRECT`.
+    pub(super) direct_io_in_catch_up: bool,
+    /// Called with each durable end.
+    pub(super) hook: Arc<Mutex<Hook>>,
+}
 
 /// Recovers every received log under `data_dir/received/` as opening it for writing does
 /// (a torn tail, e.g. a segment truncated while the applier was down, is cut at its last
@@ -213,7 +223,7 @@ pub(super) fn writer_thread(
     queue: &FrameQueue<WriteReq>,
     out: watch::Sender<Durable>,
     ti: Arc<TabletIntake>,
-    shared: Arc<Shared>,
+    shared: WriterCtx,
     sync: SyncPolicy,
 ) {
     let tablet = ti.tablet.clone();

@@ -5,8 +5,8 @@
 
 use tidelog_wal::{Gtid, HybridTime};
 
+use super::applier::Applier;
 use super::error::{Error, Result};
-use super::Applier;
 use crate::binlog::BinlogEntry;
 
 /// A page of the visible binlog.

@@ -21,8 +21,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tidelog_wal::{HybridTime, TabletId};
 
+use super::applier::Applier;
 use super::safe_time::skew_micros;
-use super::Applier;
 use crate::latency::{HistogramSnapshot, BUCKETS_SECONDS};
 use crate::store::Role;
 use crate::trx::TrxState;

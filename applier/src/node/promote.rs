@@ -3,19 +3,10 @@
 //! cut (reads are capped at it from then on) and the report, and clean up above the cut in
 //! the background. Idempotent: a promoted target returns its report.
 
-use tidelog_wal::HybridTime;
-
+use super::applier::{blocking, refusal_reason, Applier};
 use super::error::{Error, Result};
-use super::Applier;
 use crate::cutover::{self, Cleanup};
 use crate::store::Cutover;
-
-/// Why shippers are refused once the target is promoted.
-pub(crate) fn refusal_reason(cut: HybridTime) -> String {
-    format!(
-        "this target was promoted to primary at cut {cut} (cutover); it accepts no shipped logs"
-    )
-}
 
 impl Applier {
     /// Promotes the target to primary at the safe time (see the module doc) and returns
@@ -60,13 +51,4 @@ impl Applier {
         tracing::info!(cut = %c.cut, lost_commits = c.report.as_ref().map_or(0, |r| r.lost_commits), "promoted to primary");
         Ok(c)
     }
-}
-
-/// Runs `f` on the blocking pool; a task that panicked is an error.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Other(anyhow::anyhow!("{e}")))
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tidelog_wal::{HybridTime, TabletId};
 
+use super::applier::Applier;
 use super::error::{Error, Result};
-use super::Applier;
 use crate::consistency::SafeTimeReport;
 use crate::intake::TabletState;
 

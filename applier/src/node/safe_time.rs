@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tidelog_wal::{HybridTime, TabletId};
 
+use super::applier::Applier;
 use super::error::Result;
-use super::Applier;
 
 /// A tablet's safe time and its lag behind the wall clock (`None` before its first record).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tidelog_net::UdpReceiveBuffer;
 use tidelog_wal::{HybridTime, TabletId};
 
+use super::applier::Applier;
 use super::error::Result;
 use super::warm::WarmState;
-use super::Applier;
 use crate::apply::YieldStatus;
 use crate::store::{Role, StoreMemory};
 

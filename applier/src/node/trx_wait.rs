@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::applier::Applier;
 use super::error::Result;
-use super::Applier;
 use crate::trx::{trx_status_now, TrxQuery, TrxState, TrxStatus};
 
 /// Longest `wait` a `trx_status` call may ask for.

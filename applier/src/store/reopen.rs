@@ -33,11 +33,14 @@ use std::time::{Duration, Instant};
 
 use tidelog_wal::{HybridTime, Record, TabletId, TrxId, TxnId, WalPos};
 
-use super::{
-    ApplyOutcome, Cutover, CutoverReport, Durability, IntentRef, OpenStore, Part, Rebuilt,
-    RetentionFloor, Role, StoreMemory, StoreOptions, TabletMeta, TxnState, Version, WORKER_THREAD,
+use super::binlog::Binlog;
+use super::db::{StoreMemory, StoreOptions, WORKER_THREAD};
+use super::open::OpenStore;
+use super::rebuild::Rebuilt;
+use super::types::{
+    ApplyOutcome, Cutover, CutoverReport, Durability, IntentRef, Part, RetentionFloor, Role,
+    TabletMeta, TrxOpen, TxnState, Version,
 };
-use crate::binlog::{Binlog, TrxOpen};
 use crate::disk::{self, Backoff, DiskFull};
 use crate::error::{Error, Result};
 

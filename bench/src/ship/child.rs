@@ -27,9 +27,10 @@ use clap::{Args, ValueEnum};
 use tidelog_applier::apply::{ApplyConfig, ApplyThreads, ApplyWorker, ReceivedReads};
 use tidelog_applier::intake::{DurableHook, Intake, IntakeOptions};
 use tidelog_applier::store::Store;
+use tidelog_testkit::pki;
 use tidelog_wal::TabletId;
 
-use super::{pki, QuicArgs};
+use super::QuicArgs;
 use crate::wal_bench::Sync;
 
 #[derive(Debug, Args)]
@@ -169,7 +170,7 @@ pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     o.quic = a.quic.tuning(a.max_udp_payload);
     let intake = {
         let _g = rt.enter();
-        Intake::start(o, pki::server(&a.certs_dir)?, Some(hook))?
+        Intake::start(o, pki::load(&a.certs_dir, "applier")?, Some(hook))?
     };
     threads.yield_to_intake(intake.activity(), Duration::from_millis(a.apply_yield_ms));
     let done = exit_flag(&rt);
@@ -246,7 +247,7 @@ fn sink_quic(a: &SinkArgs) -> Result<()> {
         .enable_all()
         .build()?;
     let tuning = a.quic.tuning(a.max_udp_payload);
-    let sc = tidelog_applier::tls::server_config(pki::server(&a.certs_dir)?, &tuning)?;
+    let sc = tidelog_net::tls::server_config(&pki::load(&a.certs_dir, "applier")?, &tuning)?;
     // The first segment before `ADDR`: a directory that cannot take it (e.g. no O_DIRECT on
     // tmpfs) fails the sink at once, not after the client has sent everything.
     let mut first_segment = match &a.durable_dir {

@@ -29,7 +29,6 @@
 
 mod child;
 pub(crate) mod cpu;
-mod pki;
 
 pub use child::{run_applier, run_sink, ApplierArgs, SinkArgs};
 
@@ -375,7 +374,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
     );
     let certs = root.path().join("certs");
     std::fs::create_dir_all(&certs)?;
-    pki::generate(&certs)?;
+    tidelog_testkit::pki::write(&certs)?;
     let wal_dir = root.path().join("wal");
     let source = prewrite(args, &wal_dir)?;
     println!(
@@ -795,7 +794,8 @@ fn quinn_client(
     certs: &Path,
     extents: &[Extent],
 ) -> Result<(Duration, u64)> {
-    let cc = tidelog_shipper::tls::client_config(&pki::client(certs)?, &tuning)?;
+    let cc =
+        tidelog_net::tls::client_config(&tidelog_testkit::pki::load(certs, "shipper")?, &tuning)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -897,7 +897,7 @@ fn ship_run(
     o.max_frame_bytes = usize::try_from(args.frame)?;
     o.window_bytes = args.window;
     o.quic = args.quic.tuning(args.max_udp_payload);
-    let tls = pki::client(certs)?;
+    let tls = tidelog_testkit::pki::load(certs, "shipper")?;
     let (c0, p0) = (cpu::snapshot(None), cpu::snapshot(Some(peer.pid())));
     let t0 = Instant::now();
     let shipper = Shipper::start(o, tls)?;

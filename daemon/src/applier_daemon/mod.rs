@@ -14,12 +14,12 @@ use anyhow::{Context, Result};
 use tidelog_applier::intake::IntakeOptions;
 use tidelog_applier::node::{Applier, ApplierOptions, MAX_WAITERS};
 use tidelog_applier::store::StoreOptions;
-use tidelog_applier::tls::TlsMaterial;
+use tidelog_net::tls::TlsMaterial;
 
 use crate::admin;
 use crate::config::{self, ApplierConfig};
 use crate::signals::Signals;
-use crate::{certs, metrics, notify, preflight, service};
+use crate::{metrics, notify, preflight, service};
 
 pub use api::ApplierState;
 
@@ -47,22 +47,21 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 
 /// Everything a start would refuse, found without side effects: all `--check` does after
 /// parsing, and the first thing a start does, so the two cannot drift. Loads `[tls]`
-/// ([`certs::Material::load`]) and builds the QUIC server config the intake will build
+/// ([`TlsMaterial::load`]) and builds the QUIC server config the intake will build
 /// from it; checks the intake's options as its received logs' writers will
 /// (`segment-size`), `data-dir` a directory it can write or make (and a QUIC reset key
 /// there readable), the `listen` and `metrics-listen` addresses free, and the admin socket
 /// bindable ([`admin::check_bind`]). The error names the key (`key "tls.key": …`), also
 /// for a certificate that expired or is not valid yet; the warnings are a private key
 /// others can read and a certificate that expires within 30 days.
-fn preflight(cfg: &ApplierConfig) -> Result<(certs::Material, Vec<String>)> {
-    let (tls, warnings) = certs::Material::load_checked(&cfg.tls)?;
-    tidelog_applier::tls::server_config(intake_material(&tls), &cfg.quic.tuning())
-        .context("[tls]")?;
+fn preflight(cfg: &ApplierConfig) -> Result<(TlsMaterial, Vec<String>)> {
+    let (tls, warnings) = TlsMaterial::load_checked(&cfg.tls.files())?;
+    tidelog_net::tls::server_config(&tls, &cfg.quic.tuning()).context("[tls]")?;
     intake_options(cfg)
         .validate()
         .context("key \"segment-size\"")?;
     preflight::writable_dir("data-dir", &cfg.data_dir)?;
-    tidelog_applier::tls::check_reset_key(&cfg.data_dir).context("key \"data-dir\"")?;
+    tidelog_applier::endpoint::check_reset_key(&cfg.data_dir).context("key \"data-dir\"")?;
     preflight::udp_free("listen", cfg.listen)?;
     if let Some(addr) = cfg.metrics_listen {
         preflight::tcp_free("metrics-listen", addr)?;
@@ -85,21 +84,11 @@ fn intake_options(cfg: &ApplierConfig) -> IntakeOptions {
     opts
 }
 
-/// The intake's copy of the TLS material.
-fn intake_material(m: &certs::Material) -> TlsMaterial {
-    TlsMaterial {
-        ca: m.ca.clone(),
-        chain: m.chain.clone(),
-        key: m.key.clone_key(),
-    }
-}
-
 /// The applier's options from the config.
-fn options(cfg: &ApplierConfig, tls: certs::Material) -> ApplierOptions {
-    let certs::Material { ca, chain, key } = tls;
+fn options(cfg: &ApplierConfig, tls: TlsMaterial) -> ApplierOptions {
     ApplierOptions {
         intake: intake_options(cfg),
-        tls: TlsMaterial { ca, chain, key },
+        tls,
         store: StoreOptions {
             cache_size: cfg.cache_size,
             write_buffer_size: cfg.write_buffer_size,
@@ -115,7 +104,7 @@ fn options(cfg: &ApplierConfig, tls: certs::Material) -> ApplierOptions {
     }
 }
 
-async fn serve(cfg: ApplierConfig, tls: certs::Material) -> Result<()> {
+async fn serve(cfg: ApplierConfig, tls: TlsMaterial) -> Result<()> {
     // Before anything slow: a SIGTERM from now on is handled, never the default kill.
     let mut signals = Signals::install()?;
     notify::status("recovering: opening the store and the received logs");

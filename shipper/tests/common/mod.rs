@@ -1,67 +1,25 @@
-//! Test kit for the pipe: in-memory PKI, source WAL writers, an applier intake on an
-//! ephemeral loopback port, and waiting on conditions with a deadline.
+//! Test kit for the pipe: in-memory PKI (`tidelog_testkit::pki`), source WAL writers, an
+//! applier intake on an ephemeral loopback port, and waiting on conditions with a deadline.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tidelog_net::tls::TlsMaterial;
+pub use tidelog_testkit::pki::Pki;
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
-pub struct Pki {
-    pub ca: CertificateDer<'static>,
-    pub server: (CertificateDer<'static>, PrivateKeyDer<'static>),
-    pub client: (CertificateDer<'static>, PrivateKeyDer<'static>),
+/// A new CA with both ends' certificates, in memory.
+pub fn pki() -> Pki {
+    tidelog_testkit::pki::in_memory().unwrap()
 }
 
-fn key_der(k: &KeyPair) -> PrivateKeyDer<'static> {
-    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(k.serialize_der()))
+pub fn server_tls(p: &Pki) -> TlsMaterial {
+    p.applier_material()
 }
 
-pub fn pki(name: &str) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name} CA"));
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let sk = KeyPair::generate().unwrap();
-    let mut sp =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server = sp.signed_by(&sk, &issuer).unwrap();
-    let ck = KeyPair::generate().unwrap();
-    let mut cp = CertificateParams::new(Vec::<String>::new()).unwrap();
-    cp.distinguished_name
-        .push(DnType::CommonName, "tidelog-shipper");
-    cp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client = cp.signed_by(&ck, &issuer).unwrap();
-    Pki {
-        ca: ca_cert.der().clone(),
-        server: (server.der().clone(), key_der(&sk)),
-        client: (client.der().clone(), key_der(&ck)),
-    }
-}
-
-pub fn server_tls(p: &Pki) -> tidelog_applier::tls::TlsMaterial {
-    tidelog_applier::tls::TlsMaterial {
-        ca: vec![p.ca.clone()],
-        chain: vec![p.server.0.clone()],
-        key: p.server.1.clone_key(),
-    }
-}
-
-pub fn client_tls(p: &Pki) -> tidelog_shipper::TlsMaterial {
-    tidelog_shipper::TlsMaterial {
-        ca: vec![p.ca.clone()],
-        chain: vec![p.client.0.clone()],
-        key: p.client.1.clone_key(),
-    }
+pub fn client_tls(p: &Pki) -> TlsMaterial {
+    p.shipper_material()
 }
 
 /// Waits for `cond` up to `timeout`, polling; panics naming `what` on timeout.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Result;
 use tidelog_wal::HybridTime;
 
-use crate::demo::{bank_sum, Api, BANK_SCAN};
+use crate::api::{bank_sum, Api, BANK_SCAN};
 
 /// Between two safe-time polls.
 const SAFE_TIME_EVERY: Duration = Duration::from_millis(20);
@@ -160,7 +160,7 @@ impl Watch {
         let reads: Arc<Mutex<Reads>> = Arc::default();
         let mut threads = Vec::new();
         {
-            let (api, stop, safe) = (Api::new(socket)?, stop.clone(), safe.clone());
+            let (api, stop, safe) = (Api::new(socket), stop.clone(), safe.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("watch-safe-time".into())
@@ -168,7 +168,7 @@ impl Watch {
             );
         }
         {
-            let (api, stop, reads) = (Api::new(socket)?, stop.clone(), reads.clone());
+            let (api, stop, reads) = (Api::new(socket), stop.clone(), reads.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name("watch-reads".into())

@@ -1,32 +1,10 @@
-//! QUIC server configuration: rustls with mutual TLS (only client certificates signed by
-//! the configured CA), TLS 1.3, ALPN `tidelog/1`, and the transport tuning.
+//! The applier's QUIC endpoint configuration: connection ids and the stateless-reset key
+//! kept in `data_dir`, so that a restarted applier ends the connections of the process
+//! before it at once. The TLS and transport set-up is `tidelog_net::tls`.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use tidelog_net::QuicTuning;
-use tidelog_proto::wire::ALPN;
-
-/// Certificates and key of one end, already parsed from PEM.
-#[derive(Debug)]
-pub struct TlsMaterial {
-    /// The CA that signs the peer's certificate.
-    pub ca: Vec<CertificateDer<'static>>,
-    /// This end's certificate chain.
-    pub chain: Vec<CertificateDer<'static>>,
-    pub key: PrivateKeyDer<'static>,
-}
-
-/// quinn transport settings from the tuning ([`tidelog_net::transport`]), with the
-/// applier's stream limits: a bidirectional stream per tablet, no unidirectional ones.
-pub fn transport(t: &QuicTuning) -> Result<quinn::TransportConfig> {
-    let mut tc = tidelog_net::transport(t)?;
-    tc.max_concurrent_bidi_streams(quinn::VarInt::from_u32(4096))
-        .max_concurrent_uni_streams(quinn::VarInt::from_u32(0));
-    Ok(tc)
-}
 
 /// The file under `data_dir` holding the key of the QUIC stateless-reset tokens.
 pub const RESET_KEY_FILE: &str = "quic-reset.key";
@@ -113,31 +91,4 @@ fn reset_key(data_dir: &std::path::Path) -> Result<[u8; RESET_KEY_LEN]> {
     let key: [u8; RESET_KEY_LEN] = rand::random();
     tidelog_wal::write_atomic_private(&path, &key)?;
     Ok(key)
-}
-
-/// The applier's QUIC server config: requires a client certificate signed by `m.ca`.
-pub fn server_config(m: TlsMaterial, t: &QuicTuning) -> Result<quinn::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for c in m.ca {
-        roots
-            .add(c)
-            .context("CA certificate is not usable as a trust anchor")?;
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .build()
-        .context("building the client-certificate verifier")?;
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .context("TLS 1.3")?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(m.chain, m.key)
-        .context("applier certificate and key do not form a usable pair")?;
-    tls.alpn_protocols = vec![ALPN.to_vec()];
-    tls.max_early_data_size = 0;
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
-        .context("TLS config is not usable for QUIC")?;
-    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    sc.transport_config(Arc::new(transport(t)?));
-    Ok(sc)
 }

@@ -1,5 +1,5 @@
 //! The load generators write what a real transactional database would: read the WALs back
-//! and check every promise of `tidelog::load` independently of its code.
+//! and check every promise of `tidelog_testkit::load` independently of its code.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use tidelog::load::{self, LoadOptions, Summary, Workload};
+use tidelog_testkit::load::{self, LoadOptions, Summary, Workload};
 use tidelog_wal::{Body, HybridTime, ReadLimit, Reader, SyncPolicy, TabletId, TrxId, TxnId};
 
 struct Intent {
@@ -447,7 +447,7 @@ fn samples_every_kth_commit_and_bank_refuses_a_used_wal_dir() {
     }
     assert!(samples
         .iter()
-        .any(|x| x.kind == tidelog::load::TxnKind::Distributed));
+        .any(|x| x.kind == tidelog_testkit::load::TxnKind::Distributed));
     let stop = AtomicBool::new(false);
     let err = load::run(o, &stop, |_| {}).unwrap_err();
     assert!(

@@ -49,7 +49,7 @@ pub(crate) struct WriteBuffer {
     stalled_us: AtomicU64,
 }
 
-/// What [`WriteBuffer`] did so far.
+/// What `WriteBuffer` did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteBufferStats {
     /// The bound (`write-buffer-size`).

@@ -44,8 +44,9 @@ impl Tmpfs {
 
     /// Bytes free.
     pub fn free(&self) -> Result<u64> {
-        tidelog_applier::disk::free_bytes(&self.dir)
-            .with_context(|| format!("statvfs {}", self.dir.display()))
+        let st = rustix::fs::statvfs(&self.dir)
+            .with_context(|| format!("statvfs {}", self.dir.display()))?;
+        Ok(st.f_bavail.saturating_mul(st.f_frsize))
     }
 
     /// Grows the ballast until at most `leave` bytes are free (or a write fails for want of

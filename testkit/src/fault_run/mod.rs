@@ -28,12 +28,12 @@
 //! | no restart after space returned | the applier reported `disk_full`, left it by itself once the ballast was removed, and is the same process |
 //! | no unplanned exit | neither daemon exited but by the run's SIGKILL |
 
+mod report;
 pub mod schedule;
 mod tmpfs;
 mod verify;
 mod watch;
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -41,11 +41,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
-use tidelog_testkit::{ImpairProxy, Impairment};
 use tidelog_wal::HybridTime;
 
-use crate::demo::{Api, Daemon, LocalCluster};
+use crate::api::Api;
+use crate::cluster::LocalCluster;
+use crate::impair::{ImpairProxy, Impairment};
 use crate::load::{self, LoadOptions, Workload};
+use crate::process::Daemon;
+use report::{check, secs};
+pub use report::{Check, FaultOutcome, FaultReport, Verdict};
 pub use schedule::{FaultKind, PlannedFault};
 use tmpfs::Tmpfs;
 use watch::{lock, Watch};
@@ -112,183 +116,6 @@ impl FaultRunOptions {
             rust_log: "info".into(),
             verbose: false,
         }
-    }
-}
-
-/// What became of one fault.
-#[derive(Clone, Debug)]
-pub struct FaultOutcome {
-    pub planned: PlannedFault,
-    /// When it started, from the start of the load.
-    pub at: Duration,
-    /// How long it lasted: SIGKILL to restart, partition on to off, ballast placed to
-    /// removed.
-    pub length: Duration,
-    /// From its end until the safe time passed the wall clock of its end (`None`: not
-    /// within the budget).
-    pub recovered_in: Option<Duration>,
-    /// The largest safe-time lag seen from its start until it recovered.
-    pub max_lag: Duration,
-    /// Source commits with a commit_ht from its start until it recovered.
-    pub commits: u64,
-    /// Of those, how many the target's binlog lacks.
-    pub lost: u64,
-    /// Why it was not injected.
-    pub skipped: Option<String>,
-    /// What happened (the disk episode's details).
-    pub note: String,
-    /// A `disk_full` episode: whether the applier went on by itself (reported
-    /// `disk_full`, left it, same process).
-    pub no_restart: Option<bool>,
-    window: (HybridTime, HybridTime),
-}
-
-/// A check's verdict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Pass,
-    Miss,
-    /// Not run here (the tmpfs could not be mounted); not a miss.
-    Skip,
-}
-
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verdict::Pass => "PASS",
-            Verdict::Miss => "MISS",
-            Verdict::Skip => "SKIP",
-        })
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Check {
-    pub name: String,
-    pub verdict: Verdict,
-    pub detail: String,
-}
-
-fn check(name: &str, pass: bool, detail: String) -> Check {
-    Check {
-        name: name.to_string(),
-        verdict: if pass { Verdict::Pass } else { Verdict::Miss },
-        detail,
-    }
-}
-
-/// The run's result: printed as a table by its `Display`.
-#[derive(Clone, Debug)]
-pub struct FaultReport {
-    pub seed: u64,
-    pub duration: Duration,
-    pub tablets: usize,
-    pub rate: f64,
-    pub impairment: Impairment,
-    pub faults: Vec<FaultOutcome>,
-    pub checks: Vec<Check>,
-    /// Transactions committed by the load.
-    pub txns_committed: u64,
-    /// Source records, over all tablets.
-    pub records: u64,
-    /// Source records the target did not apply (computed per tablet).
-    pub records_lost: u64,
-    /// Source records applied more than once.
-    pub records_applied_twice: u64,
-    /// The proxy's counts at the end.
-    pub link: String,
-    /// Where the tmpfs could not be mounted: why.
-    pub disk_note: Option<String>,
-}
-
-impl FaultReport {
-    /// No check missed.
-    pub fn passed(&self) -> bool {
-        self.checks.iter().all(|c| c.verdict != Verdict::Miss)
-    }
-
-    /// The faults of each kind that were injected (not skipped).
-    pub fn injected(&self, kind: FaultKind) -> usize {
-        self.faults
-            .iter()
-            .filter(|f| f.planned.kind == kind && f.skipped.is_none())
-            .count()
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
-}
-
-impl fmt::Display for FaultReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "fault run, seed {} (replay: --seed {}): bank over {} tablets at {} txn/s for {}, link {}",
-            self.seed,
-            self.seed,
-            self.tablets,
-            self.rate,
-            secs(self.duration),
-            self.impairment
-        )?;
-        if let Some(n) = &self.disk_note {
-            writeln!(f, "NOTE: disk_full faults skipped: {n}")?;
-        }
-        writeln!(
-            f,
-            "{:>2}  {:<13} {:>7} {:>7} {:>10} {:>8} {:>9} {:>5}  note",
-            "#", "fault", "at", "length", "recovered", "max lag", "commits", "lost"
-        )?;
-        for (i, o) in self.faults.iter().enumerate() {
-            if let Some(why) = &o.skipped {
-                writeln!(
-                    f,
-                    "{:>2}  {:<13} {:>7} {:>7} {:>10} {:>8} {:>9} {:>5}  SKIPPED: {why}",
-                    i + 1,
-                    o.planned.kind.name(),
-                    secs(o.planned.at),
-                    "-",
-                    "-",
-                    "-",
-                    "-",
-                    "-"
-                )?;
-                continue;
-            }
-            writeln!(
-                f,
-                "{:>2}  {:<13} {:>7} {:>7} {:>10} {:>8} {:>9} {:>5}  {}",
-                i + 1,
-                o.planned.kind.name(),
-                secs(o.at),
-                secs(o.length),
-                o.recovered_in.map_or("NO".to_string(), secs),
-                secs(o.max_lag),
-                o.commits,
-                o.lost,
-                o.note
-            )?;
-        }
-        writeln!(
-            f,
-            "records lost {} and applied twice {} of {} source records; {} transactions committed; link: {}",
-            self.records_lost,
-            self.records_applied_twice,
-            self.records,
-            self.txns_committed,
-            self.link
-        )?;
-        writeln!(
-            f,
-            "(at: from the load's start; recovered: from the fault's end until the safe time passed it; max lag: \
-             wall clock − safe time from the fault's start until then; commits: source commits in that window; \
-             lost: of those, missing from the target)"
-        )?;
-        for c in &self.checks {
-            writeln!(f, "{}  {}: {}", c.verdict, c.name, c.detail)?;
-        }
-        Ok(())
     }
 }
 
@@ -361,7 +188,7 @@ impl Cluster {
         )?;
         let applier = spawn(o, "apply", &files.applier_cfg)?;
         let shipper = spawn(o, "ship", &files.shipper_cfg)?;
-        let api = Api::new(&files.applier_sock)?;
+        let api = Api::new(&files.applier_sock);
         Ok(Cluster {
             o: o.clone(),
             files,
@@ -657,7 +484,7 @@ pub fn run(o: &FaultRunOptions) -> Result<FaultReport> {
     lo.segment_size = o.source_segment_size;
     lo.session_dir = Some(o.dir.join("sessions"));
     let (ready_tx, ready_rx) = mpsc::sync_channel::<()>(1);
-    let ready_api = Api::new(&c.files.applier_sock)?;
+    let ready_api = Api::new(&c.files.applier_sock);
     let ready = move || -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

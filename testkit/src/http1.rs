@@ -1,8 +1,9 @@
-//! A minimal blocking HTTP/1.1 client over a Unix socket for the benches: one keep-alive
-//! connection, requests without a body, answers with `Content-Length` (what the admin API
-//! sends). It is the same shape of client as the PostgreSQL baseline's (`pgwire.rs`): a
-//! blocking `write`, then blocking `read`s on one socket, so the two columns of
-//! `tidelog-bench trx-status` measure the servers and not two different client stacks.
+//! A minimal blocking HTTP/1.1 client over a Unix socket for the tests, the demo and the
+//! benches: one keep-alive connection, requests without a body, answers with
+//! `Content-Length` (what the admin API sends). It is the same shape of client as the
+//! PostgreSQL baseline's of `tidelog-bench trx-status`: a blocking `write`, then blocking
+//! `read`s on one socket, so the two columns of that bench measure the servers and not two
+//! different client stacks.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -17,6 +18,8 @@ const MAX_BODY: usize = 64 << 20;
 /// A server silent this long is an error.
 const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// One keep-alive connection to an admin socket.
+#[derive(Debug)]
 pub struct Http1 {
     r: BufReader<UnixStream>,
     w: UnixStream,
@@ -26,6 +29,7 @@ pub struct Http1 {
 }
 
 impl Http1 {
+    /// Connects to `socket`; reads time out after 10 s.
     pub fn connect(socket: &Path) -> Result<Http1> {
         let w = UnixStream::connect(socket)
             .with_context(|| format!("connecting to {}", socket.display()))?;
@@ -122,6 +126,8 @@ impl Http1 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
     use std::os::unix::net::UnixListener;
 

@@ -17,7 +17,7 @@ use base64::Engine;
 use serde_json::Value;
 use tidelog_wal::{Body, ReadLimit, Reader, TabletId};
 
-use crate::demo::Api;
+use crate::api::Api;
 
 /// One commit: a `write` with a trx_id or gtid, or a `commit`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
