@@ -11,7 +11,7 @@
 //!   only what is durable;
 //! * [`backoff`]: the capped exponential backoff of reconnects and stream reopens.
 //!
-//! `tests/sim.rs` drives both ends through an in-memory network with a virtual clock and
+//! `tests/sim/` drives both ends through an in-memory network with a virtual clock and
 //! seeded faults (docs/ARCHITECTURE.md, "The protocol core and its simulation").
 
 pub mod backoff;
