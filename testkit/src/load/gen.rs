@@ -216,6 +216,26 @@ impl Gen {
 
     /// Session `s` commits its current transaction: its trx id and the next gtid; the
     /// session's last attempt is no longer an abort.
+    /// Appends session `s`'s single-tablet transaction on tablet `t` as one `write` record
+    /// with the session's trx id and the next gtid: its ht, trx id and gtid.
+    fn append_local(
+        &mut self,
+        s: usize,
+        t: usize,
+        ops: Vec<Op>,
+    ) -> Result<(HybridTime, TrxId, Gtid)> {
+        let (trx_id, gtid) = self.commit_session(s);
+        let ht = self.append(
+            t,
+            Body::Write {
+                ops,
+                trx_id: Some(trx_id),
+                gtid: Some(gtid),
+            },
+        )?;
+        Ok((ht, trx_id, gtid))
+    }
+
     fn commit_session(&mut self, s: usize) -> (TrxId, Gtid) {
         let trx_id = self.sessions[s].commit();
         let gtid = self.gtids.next();
@@ -277,15 +297,7 @@ impl Gen {
         let mut done = Vec::new();
         for (k, (t, ops)) in chunks.into_iter().enumerate() {
             let s = k % self.sessions.len();
-            let (trx_id, gtid) = self.commit_session(s);
-            let ht = self.append(
-                t,
-                Body::Write {
-                    ops,
-                    trx_id: Some(trx_id),
-                    gtid: Some(gtid),
-                },
-            )?;
+            let (ht, trx_id, gtid) = self.append_local(s, t, ops)?;
             touched[t] = true;
             done.push((ht, trx_id, gtid, t));
         }
@@ -520,15 +532,7 @@ impl Gen {
         for p in planned {
             if !p.distributed {
                 let (t, ops) = p.parts.into_iter().next().context("empty transaction")?;
-                let (trx_id, gtid) = self.commit_session(p.session);
-                let ht = self.append(
-                    t,
-                    Body::Write {
-                        ops,
-                        trx_id: Some(trx_id),
-                        gtid: Some(gtid),
-                    },
-                )?;
+                let (ht, trx_id, gtid) = self.append_local(p.session, t, ops)?;
                 touched[t] = true;
                 local_done.push((p.kind, ht, trx_id, gtid, t));
                 continue;
