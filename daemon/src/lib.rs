@@ -8,8 +8,9 @@
 //! `tidelog-applier`; the WAL format is in `tidelog-wal`.
 
 pub mod admin;
+/// The configuration files, in their own crate so the bench parses them too.
+pub use tidelog_config as config;
 pub mod applier_daemon;
-pub mod config;
 pub mod ctl;
 pub mod demo;
 pub mod logging;
@@ -21,4 +22,3 @@ pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
-pub mod small_file;

@@ -25,7 +25,7 @@ use serde::Deserialize;
 use tidelog_net::{Congestion, QuicTuning};
 use tidelog_wal::{SyncPolicy, TabletId};
 
-use crate::small_file;
+pub mod small_file;
 
 /// `applier.toml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
