@@ -46,7 +46,7 @@
 //! from the load's start; the progress lines (every 30 s) show it. At the end: RSS at
 //! `--soak-reference` (5 min: the applier warm, its caches and memtables filled), at the end
 //! of the load and its maximum, and the applier's documented memory bound computed from the
-//! run's `applier.toml` (`tidelog::memory::ApplierBound`, `applier/STORE.md`, "Memory").
+//! run's `applier.toml` (`tidelog_config::ApplierBound`, `applier/STORE.md`, "Memory").
 //! Budget: the applier's RSS at the end within 10 % of its RSS at the reference, and its
 //! largest sample below the bound.
 //!
@@ -65,7 +65,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hdrhistogram::Histogram;
 use serde::Serialize;
-use tidelog::memory::ApplierBound;
+use tidelog_config::ApplierBound;
 use tidelog_testkit::load::{self, CommitSample, LoadOptions, SourceSafe, Workload};
 use tidelog_testkit::{Api, Daemon, ImpairProxy, Impairment, LocalCluster};
 use tidelog_wal::SyncPolicy;
@@ -544,7 +544,7 @@ fn run_step(args: &E2eArgs, exe: &Path, dir: &Path, label: &str, offered: f64) -
     // The bound the applier documents for the configuration it runs with.
     let bound = match args.soak {
         true => Some(ApplierBound::of(
-            &tidelog::config::load_applier(&applier_cfg)?,
+            &tidelog_config::load_applier(&applier_cfg)?,
             args.tablets,
         )),
         false => None,

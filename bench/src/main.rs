@@ -68,8 +68,8 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // As the daemons do (and inherited by the ones it starts): see `tidelog::memory`.
-    if let Err(e) = tidelog::memory::set_up() {
+    // As the daemons do (and inherited by the ones it starts): see `tidelog_memory`.
+    if let Err(e) = tidelog_memory::set_up() {
         eprintln!("warning: cannot turn transparent huge pages off: {e}");
     }
     match cli.cmd {

@@ -15,7 +15,8 @@
 //! One file per concern: [`ApplierConfig`] (`applier.rs`), [`ShipperConfig`] (`shipper.rs`),
 //! the `[tls]` and `[quic]` sections (`tls.rs`, `quic.rs`), sizes and durations (`units.rs`),
 //! `log-level` (`log_level.rs`), and the strict parser that names the key at fault
-//! (`parse.rs`). It reads files and checks them; it starts nothing.
+//! (`parse.rs`); the applier's memory bound that a configuration implies (`memory.rs`).
+//! It reads files and checks them; it starts nothing.
 
 use std::path::Path;
 
@@ -24,6 +25,7 @@ use serde::de::DeserializeOwned;
 
 mod applier;
 mod log_level;
+pub mod memory;
 mod parse;
 mod quic;
 mod shipper;
@@ -35,6 +37,7 @@ pub use applier::{
     default_runtime_threads, runtime_threads, ApplierConfig, MAX_APPLY_THREADS, MAX_RUNTIME_THREADS,
 };
 pub use log_level::DEFAULT_LOG_LEVEL;
+pub use memory::ApplierBound;
 pub use parse::parse_str;
 pub use quic::QuicConfig;
 pub use shipper::{default_shipper_id, IoEngine, ShipperConfig, MAX_LANES};

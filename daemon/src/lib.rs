@@ -14,7 +14,6 @@ pub mod applier_daemon;
 pub mod ctl;
 pub mod demo;
 pub mod logging;
-pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod panic_hook;

@@ -256,7 +256,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Apply(_) | Command::Ship(_)) {
         tidelog::panic_hook::install();
     }
-    if let Err(e) = tidelog::memory::set_up() {
+    if let Err(e) = tidelog_memory::set_up() {
         tracing::warn!("cannot turn transparent huge pages off for this process: {e}");
     }
     // Failure injection for tests: only builds with the `fail` crate's

@@ -123,7 +123,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn run_applier(a: &ApplierArgs) -> Result<()> {
     // As the daemon's `runtime-threads`.
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(tidelog::config::runtime_threads(a.runtime_threads))
+        .worker_threads(tidelog_config::runtime_threads(a.runtime_threads))
         .enable_all()
         .build()?;
     let store = Arc::new(Store::open(&a.data_dir)?);

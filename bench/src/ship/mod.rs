@@ -342,7 +342,7 @@ impl ShipArgs {
         match (&self.lanes, &self.impair) {
             (Some(l), _) => l.clone(),
             (None, None) => vec![1, 2],
-            (None, Some(_)) => vec![tidelog::config::ShipperConfig::default().effective_lanes()],
+            (None, Some(_)) => vec![tidelog_config::ShipperConfig::default().effective_lanes()],
         }
     }
 }
@@ -403,7 +403,7 @@ pub fn run(args: &ShipArgs) -> Result<()> {
         args.apply_nice,
         args.store_nice,
         args.apply_yield,
-        tidelog::config::runtime_threads(args.runtime_threads)
+        tidelog_config::runtime_threads(args.runtime_threads)
     );
     println!("quic: {}", args.quic.describe());
     if let Some(imp) = &args.impair {

@@ -199,7 +199,7 @@ fn memory_json(
     cfg: &ApplierConfig,
     tablets: usize,
 ) -> Value {
-    let bound = crate::memory::ApplierBound::of(cfg, tablets);
+    let bound = crate::config::ApplierBound::of(cfg, tablets);
     let keyspaces: serde_json::Map<String, Value> = m
         .keyspaces
         .iter()
@@ -218,7 +218,7 @@ fn memory_json(
         })
         .collect();
     json!({
-        "rss_bytes": crate::memory::rss_bytes(),
+        "rss_bytes": tidelog_memory::rss_bytes(),
         "bound_bytes": bound.total(),
         "block_cache_bytes": m.block_cache,
         "block_cache_capacity": m.block_cache_capacity,
