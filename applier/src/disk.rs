@@ -14,21 +14,6 @@ pub fn is_no_space(e: &std::io::Error) -> bool {
         || matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
-/// Whether `e` or any error in its source chain is an I/O error saying "no space left".
-pub fn caused_by_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if err
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(is_no_space)
-        {
-            return true;
-        }
-        cur = err.source();
-    }
-    false
-}
-
 /// The path of a WAL error that says "no space left" (the received log's segment or file
 /// that could not be written).
 pub fn wal_no_space(e: &tidelog_wal::Error) -> Option<&Path> {
@@ -162,12 +147,28 @@ mod tests {
             op: "commit batch",
             source: fjall::Error::Io(io),
         };
-        assert!(caused_by_no_space(&store));
+        assert!(store.is_no_space());
         let other = crate::error::Error::Store {
             op: "commit batch",
             source: fjall::Error::Io(std::io::Error::from_raw_os_error(libc::EIO)),
         };
-        assert!(!caused_by_no_space(&other));
+        assert!(!other.is_no_space());
+        let tree = crate::error::Error::Store {
+            op: "flush",
+            source: fjall::Error::Storage(fjall::LsmError::Io(std::io::Error::from_raw_os_error(
+                libc::EDQUOT,
+            ))),
+        };
+        assert!(tree.is_no_space());
+        let received = crate::error::Error::Wal {
+            tablet: "t1".parse().unwrap(),
+            source: tidelog_wal::Error::Io {
+                op: "write",
+                path: "/x".into(),
+                source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            },
+        };
+        assert!(received.is_no_space());
         let wal = tidelog_wal::Error::Io {
             op: "preallocate",
             path: "/x/y.seg.partial".into(),

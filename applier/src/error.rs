@@ -126,6 +126,30 @@ impl Error {
         matches!(self, Error::DiskFull(_) | Error::Unavailable { .. })
     }
 
+    /// The operating-system error this one comes from, where the store, the received log
+    /// or a file failed on I/O.
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            Error::Io { source, .. }
+            | Error::Wal {
+                source: tidelog_wal::Error::Io { source, .. },
+                ..
+            }
+            | Error::Store {
+                source:
+                    fjall::Error::Io(source) | fjall::Error::Storage(fjall::LsmError::Io(source)),
+                ..
+            } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Whether this error comes from an I/O error saying "no space left"
+    /// ([`crate::disk::is_no_space`]).
+    pub fn is_no_space(&self) -> bool {
+        self.io_cause().is_some_and(crate::disk::is_no_space)
+    }
+
     /// The full disk this error reports, if it does.
     pub fn disk_full(&self) -> Option<&DiskFull> {
         match self {

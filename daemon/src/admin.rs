@@ -387,19 +387,8 @@ impl ApiError {
     pub fn unavailable(code: impl Into<String>, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
     }
-    /// 500 `internal`; the message is the error chain. A store that takes no writes for
-    /// now is a 503 instead: `disk_full` (naming the path) or `store_unavailable`.
+    /// 500 `internal`; the message is the error chain.
     pub fn internal(err: &anyhow::Error) -> Self {
-        use tidelog_applier::error::Error as StoreError;
-        match err.downcast_ref::<StoreError>() {
-            Some(e @ StoreError::DiskFull(_)) => {
-                return ApiError::unavailable("disk_full", e.to_string())
-            }
-            Some(e @ StoreError::Unavailable { .. }) => {
-                return ApiError::unavailable("store_unavailable", e.to_string())
-            }
-            _ => {}
-        }
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

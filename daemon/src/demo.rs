@@ -12,7 +12,7 @@
 //!
 //! SIGTERM or SIGINT (Ctrl-C) while it runs stops the workload, stops both daemons with
 //! SIGTERM (a clean stop), removes the directory (unless `--keep`) and exits with 128 + the
-//! signal after one line saying so ([`Interrupted`]); a second signal exits at once, leaving
+//! signal after one line saying so ([`DemoEnd::Interrupted`]); a second signal exits at once, leaving
 //! the directory (the daemons still get SIGTERM: `PR_SET_PDEATHSIG`).
 
 use std::fmt;
@@ -158,6 +158,18 @@ impl Interrupt {
     }
 }
 
+/// How a demo that did not fail ended.
+#[derive(Debug)]
+pub enum DemoEnd {
+    /// It ran its course.
+    Finished,
+    /// The reader of its output went away (`tidelog demo | head -3`): stopped quietly.
+    OutputClosed,
+    /// Stopped by a signal: `main` prints the one line and exits with
+    /// [`Interrupted::exit_code`].
+    Interrupted(Interrupted),
+}
+
 /// The end of a demo stopped by SIGTERM or SIGINT; `main` prints it (one line) and exits
 /// with [`Interrupted::exit_code`].
 #[derive(Debug)]
@@ -186,9 +198,7 @@ impl fmt::Display for Interrupted {
     }
 }
 
-impl std::error::Error for Interrupted {}
-
-pub fn run(args: DemoArgs) -> Result<()> {
+pub fn run(args: DemoArgs) -> Result<DemoEnd> {
     if args.tablets == 0 || args.accounts < 2 {
         bail!("the demo needs at least one tablet and two accounts");
     }
@@ -209,25 +219,20 @@ pub fn run(args: DemoArgs) -> Result<()> {
                 Err(e) => format!("removing {}: {e}", dir.display()),
             }
         };
-        return Err(Interrupted { signal, dir_note }.into());
+        return Ok(DemoEnd::Interrupted(Interrupted { signal, dir_note }));
     }
     // A reader that went away (`tidelog demo | head -3`) ends the demo as a signal would,
     // quietly: the daemons are stopped (by `demo`) and the directory goes.
-    let closed = result.as_ref().err().is_some_and(is_broken_pipe);
-    if (args.keep || result.is_err()) && !closed {
+    if (args.keep || result.is_err()) && !out.closed {
         let _ = out.line(format_args!("demo directory kept: {}", dir.display()));
     } else if let Err(e) = std::fs::remove_dir_all(&dir) {
         eprintln!("warning: removing {}: {e}", dir.display());
     }
-    result
-}
-
-/// Whether `e` comes from writing to a stdout nobody reads any more.
-pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    match result {
+        Ok(()) => Ok(DemoEnd::Finished),
+        Err(_) if out.closed => Ok(DemoEnd::OutputClosed),
+        Err(e) => Err(e),
+    }
 }
 
 /// `println!` on [`Out`] that returns the write's error (a closed pipe) instead of
@@ -239,13 +244,15 @@ macro_rules! say {
 }
 
 /// The demo's stdout: lines, and the progress line, redrawn in place on a terminal (one
-/// line per update otherwise). A write that fails (the reader went away) is an error for
-/// the caller to stop on.
+/// line per update otherwise). A write that fails is an error for the caller to stop on;
+/// one that failed because the reader went away also sets `closed`.
 #[derive(Debug)]
 struct Out {
     tty: bool,
     /// A progress line is on the screen without its newline.
     drawn: bool,
+    /// A write failed because nobody reads stdout any more.
+    closed: bool,
 }
 
 impl Out {
@@ -254,10 +261,24 @@ impl Out {
         Out {
             tty: std::io::stdout().is_terminal(),
             drawn: false,
+            closed: false,
         }
     }
 
+    /// `r`, noting a reader that went away.
+    fn noted(&mut self, r: std::io::Result<()>) -> std::io::Result<()> {
+        if let Err(e) = &r {
+            self.closed |= crate::output::reader_gone(e);
+        }
+        r
+    }
+
     fn line(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
+        let r = self.write_line(text);
+        self.noted(r)
+    }
+
+    fn write_line(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
         use std::io::Write;
         let mut o = std::io::stdout().lock();
         if std::mem::take(&mut self.drawn) {
@@ -268,10 +289,15 @@ impl Out {
     }
 
     fn progress(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
-        use std::io::Write;
         if !self.tty {
             return self.line(text);
         }
+        let r = self.draw(text);
+        self.noted(r)
+    }
+
+    fn draw(&mut self, text: fmt::Arguments<'_>) -> std::io::Result<()> {
+        use std::io::Write;
         let mut o = std::io::stdout().lock();
         // Back to the start of the line, erase it, draw the new one.
         write!(o, "\r\x1b[2K{text}")?;
@@ -314,7 +340,7 @@ fn demo(args: &DemoArgs, dir: &Path, interrupt: &Interrupt, out: &mut Out) -> Re
         &cluster,
         out,
     );
-    if interrupt.signal().is_some() || result.as_ref().err().is_some_and(is_broken_pipe) {
+    if interrupt.signal().is_some() || out.closed {
         // A clean stop (the load thread has stopped: `drive` joined it), not the SIGKILL
         // of their drop. On the normal path `drive` stopped them already.
         for d in [&mut shipper, &mut applier] {

@@ -16,6 +16,7 @@ pub mod demo;
 pub mod logging;
 pub mod metrics;
 pub mod notify;
+pub mod output;
 pub mod panic_hook;
 pub mod preflight;
 pub mod service;

@@ -22,6 +22,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use tidelog::ctl;
+use tidelog::demo::DemoEnd;
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: the apply path allocates and frees small objects on
@@ -209,7 +210,14 @@ fn run(command: Command) -> Result<u8> {
         Command::Wal(args) => wal_cmd::run(args).map(|()| 0),
         Command::Apply(a) => tidelog::applier_daemon::run(&a.config, a.check).map(|()| 0),
         Command::Ship(a) => tidelog::shipper_daemon::run(&a.config, a.check).map(|()| 0),
-        Command::Demo(a) => tidelog::demo::run(a).map(|()| 0),
+        Command::Demo(a) => Ok(match tidelog::demo::run(a)? {
+            DemoEnd::Finished | DemoEnd::OutputClosed => 0,
+            // Not a failure to explain: the one line says what was stopped and removed.
+            DemoEnd::Interrupted(i) => {
+                eprintln!("{i}");
+                i.exit_code()
+            }
+        }),
         Command::Certs(CertsArgs {
             command: CertsCommand::Init { dir, sans, force },
         }) => {
@@ -264,18 +272,9 @@ fn main() -> ExitCode {
     let _failpoints = std::env::var_os("FAILPOINTS").map(|_| fail::FailScenario::setup());
     match run(cli.command) {
         Ok(code) => ExitCode::from(code),
-        // A closed stdout (`tidelog wal dump | head`) is not a failure.
-        Err(e) if tidelog::demo::is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => match e.downcast_ref::<tidelog::demo::Interrupted>() {
-            // Not a failure to explain: the one line says what was stopped and removed.
-            Some(i) => {
-                eprintln!("{i}");
-                ExitCode::from(i.exit_code())
-            }
-            None => {
-                eprintln!("error: {}", error_text(&e));
-                ExitCode::FAILURE
-            }
-        },
+        Err(e) => {
+            eprintln!("error: {}", error_text(&e));
+            ExitCode::FAILURE
+        }
     }
 }

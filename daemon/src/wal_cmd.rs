@@ -184,8 +184,12 @@ fn dump(a: &DumpArgs) -> Result<()> {
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(1 << 20, stdout.lock());
     let res = dump_into(a, &tablets, &mut out);
-    // What was read before an error is printed, then the error.
-    let flushed = out.flush().context("writing stdout");
+    // What was read before an error is printed, then the error. A reader that went away
+    // (`| head`) ends the dump quietly (`tidelog::output`).
+    let flushed = match out.flush() {
+        Err(e) if tidelog::output::reader_gone(&e) => Ok(()),
+        r => r.context("writing stdout"),
+    };
     res.and(flushed)
 }
 
@@ -224,7 +228,11 @@ fn dump_into(a: &DumpArgs, tablets: &[TabletId], out: &mut impl Write) -> Result
             line.clear();
             write_json_line(&mut line, t, pos, &rec);
             line.push('\n');
-            out.write_all(line.as_bytes()).context("writing stdout")?;
+            match out.write_all(line.as_bytes()) {
+                Ok(()) => {}
+                Err(e) if tidelog::output::reader_gone(&e) => return Ok(()),
+                Err(e) => return Err(anyhow::Error::from(e).context("writing stdout")),
+            }
         }
     }
     Ok(())

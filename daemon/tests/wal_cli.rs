@@ -139,6 +139,33 @@ fn flip_byte(path: &Path, offset: u64) {
     f.write_all_at(&b, offset).unwrap();
 }
 
+/// `tidelog wal dump | head`: a reader that goes away ends the dump quietly, with
+/// success, not with an error about writing stdout.
+#[test]
+fn dump_into_a_closed_pipe_exits_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let wal = d.path().join("wal");
+    ok(append(&wal, &sample_input(), &[]));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(["wal", "dump", "--dir"])
+        .arg(&wal)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the dump writes: its first write finds no reader.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o), "");
+}
+
 #[test]
 fn append_then_dump_all_kinds() {
     let d = tempfile::tempdir().unwrap();

@@ -111,39 +111,43 @@ async fn lane_main(shared: Arc<Shared>, lane: u32, mut rx: mpsc::UnboundedReceiv
             continue;
         }
         let started = Instant::now();
-        match connection(&shared, lane, &endpoint, &mut tablets, &mut rx).await {
-            Ok(()) => return close(endpoint).await,
-            Err(e) => {
-                shared.lane_settled(lane);
-                shared.reconnects.fetch_add(1, Ordering::Relaxed);
-                // With TLS 1.3 the applier checks this shipper's certificate after the
-                // handshake looked done here: its refusal ends a "connection" that never was.
+        let ended = match connect(&shared, lane, &endpoint, &mut tablets, &mut rx).await {
+            Ok(None) => return close(endpoint).await,
+            Ok(Some(conn)) => match connection(&shared, conn, lane, &mut tablets, &mut rx).await {
+                Ok(()) => return close(endpoint).await,
+                Err(e) => Ended::Lost(e),
+            },
+            Err(e) => e,
+        };
+        shared.lane_settled(lane);
+        shared.reconnects.fetch_add(1, Ordering::Relaxed);
+        // With TLS 1.3 the applier checks this shipper's certificate after the
+        // handshake looked done here: its refusal ends a "connection" that never was.
+        let e = match ended {
+            Ended::Lost(e) => {
                 let text = format!("{e:#}");
-                let e = match tidelog_net::tls::CertRefusal::of(&text) {
-                    Some(_) if e.downcast_ref::<NotConnected>().is_none() => {
-                        anyhow::Error::new(NotConnected::new(&shared.opts, &text))
-                    }
-                    _ => e,
-                };
-                if e.downcast_ref::<NotConnected>().is_some() {
-                    tracing::warn!(lane, "{e:#}");
-                } else {
-                    tracing::warn!(
-                        lane,
-                        "connection to the applier at {} lost: {e:#}",
-                        shared.opts.applier
-                    );
+                match tidelog_net::tls::CertRefusal::of(&text) {
+                    Some(_) => Ended::NotConnected(NotConnected::new(&shared.opts, &text)),
+                    None => Ended::Lost(e),
                 }
-                for t in &tablets {
-                    if let Some(s) = tablet_state(&shared, t) {
-                        if ShipState::from_u8(s.state.load(Ordering::Relaxed))
-                            != ShipState::NeedsBootstrap
-                        {
-                            s.set_state(ShipState::Connecting);
-                        }
-                        s.set_error(Some(format!("{e:#}")));
-                    }
+            }
+            not_connected => not_connected,
+        };
+        match &e {
+            Ended::NotConnected(_) => tracing::warn!(lane, "{e:#}"),
+            Ended::Lost(_) => tracing::warn!(
+                lane,
+                "connection to the applier at {} lost: {e:#}",
+                shared.opts.applier
+            ),
+        }
+        for t in &tablets {
+            if let Some(s) = tablet_state(&shared, t) {
+                if ShipState::from_u8(s.state.load(Ordering::Relaxed)) != ShipState::NeedsBootstrap
+                {
+                    s.set_state(ShipState::Connecting);
                 }
+                s.set_error(Some(format!("{e:#}")));
             }
         }
         // Capped exponential backoff with jitter in [backoff/2, backoff].
@@ -172,11 +176,22 @@ fn hello_positions(shared: &Shared, t: &TabletId) -> (WalPos, WalPos) {
         .unwrap_or((WalPos::ZERO, WalPos::ZERO))
 }
 
-/// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
 /// A connection attempt that ended before the connection existed (so it was not "lost"),
 /// with what a refused certificate means for the operator.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 struct NotConnected(String);
+
+/// Why a lane is without a connection, as it reports it.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    /// No connection came to be (refused, no answer): the message says what it means.
+    #[error(transparent)]
+    NotConnected(#[from] NotConnected),
+    /// The connection was lost, or this side failed to set one up.
+    #[error(transparent)]
+    Lost(#[from] anyhow::Error),
+}
 
 impl NotConnected {
     fn new(opts: &ShipperOptions, why: &str) -> NotConnected {
@@ -192,27 +207,22 @@ impl NotConnected {
     }
 }
 
-impl std::fmt::Display for NotConnected {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for NotConnected {}
-
-async fn connection(
+/// A connection to the applier, taking commands while it is made; `None` on shutdown.
+async fn connect(
     shared: &Arc<Shared>,
     lane: u32,
     endpoint: &quinn::Endpoint,
     tablets: &mut Vec<TabletId>,
     rx: &mut mpsc::UnboundedReceiver<LaneCmd>,
-) -> Result<()> {
+) -> std::result::Result<Option<quinn::Connection>, Ended> {
     // Tests hold one lane back (`FAILPOINTS=shipper::lane_<n>_connect=return`).
     fail::fail_point!(&format!("shipper::lane_{lane}_connect"), |_| Err(
-        anyhow::anyhow!("failpoint: lane {lane} does not connect")
+        Ended::Lost(anyhow::anyhow!("failpoint: lane {lane} does not connect"))
     ));
     let cc = tidelog_net::tls::client_config(&shared.tls, &shared.opts.quic)?;
-    let connecting = endpoint.connect_with(cc, shared.opts.applier, &shared.opts.server_name)?;
+    let connecting = endpoint
+        .connect_with(cc, shared.opts.applier, &shared.opts.server_name)
+        .map_err(anyhow::Error::from)?;
     tokio::pin!(connecting);
     // An unreachable applier would hold the handshake until the idle timeout: give up
     // after the silence limit (the lane retries with backoff), and keep taking commands
@@ -220,20 +230,34 @@ async fn connection(
     let limit = shared.opts.quic.silence_limit;
     let give_up = tokio::time::sleep(limit);
     tokio::pin!(give_up);
-    let conn = loop {
+    loop {
         tokio::select! {
             c = &mut connecting => {
-                break c.map_err(|e| NotConnected::new(&shared.opts, &e.to_string()))?;
+                return match c {
+                    Ok(conn) => Ok(Some(conn)),
+                    Err(e) => Err(NotConnected::new(&shared.opts, &e.to_string()).into()),
+                };
             }
             () = &mut give_up => {
                 return Err(NotConnected::new(&shared.opts, &format!("no answer within {limit:?}")).into());
             }
             cmd = rx.recv() => match cmd {
                 Some(LaneCmd::Add(t)) => tablets.push(t),
-                _ => return Ok(()),
+                _ => return Ok(None),
             },
         }
-    };
+    }
+}
+
+/// One connection's life: handshake, tablet tasks, new tablets; `Ok` on shutdown.
+async fn connection(
+    shared: &Arc<Shared>,
+    conn: quinn::Connection,
+    lane: u32,
+    tablets: &mut Vec<TabletId>,
+    rx: &mut mpsc::UnboundedReceiver<LaneCmd>,
+) -> Result<()> {
+    let limit = shared.opts.quic.silence_limit;
     let (mut csend, mut crecv) = conn.open_bi().await?;
     let conn = Rc::new(conn);
     // Control bytes arrive through a channel: reading a QUIC stream is not cancel-safe,
@@ -368,4 +392,16 @@ impl Drop for Connected {
 }
 fn scopeguard(s: Arc<Shared>) -> Connected {
     Connected(s)
+}
+
+/// A lane reports why it is without a connection with the whole chain of causes, as it
+/// did when the reasons were `anyhow` errors.
+#[cfg(test)]
+#[test]
+fn a_lane_end_shows_its_causes() {
+    let lost = Ended::Lost(anyhow::anyhow!("reset by peer").context("control stream"));
+    assert_eq!(format!("{lost:#}"), "control stream: reset by peer");
+    let refused = Ended::from(NotConnected("cannot connect".into()));
+    assert!(matches!(refused, Ended::NotConnected(_)));
+    assert_eq!(format!("{refused:#}"), "cannot connect");
 }

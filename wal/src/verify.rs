@@ -20,7 +20,22 @@ use crate::time::HybridTime;
 pub struct BadRecord {
     pub tablet: TabletId,
     pub pos: WalPos,
+    /// Which check refused it, for a caller that counts or acts on the kind.
+    pub kind: BadRecordKind,
     pub reason: String,
+}
+
+/// The check a [`BadRecord`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BadRecordKind {
+    /// Fewer bytes left than a record header.
+    Short,
+    /// The header is not valid here (magic, kind, length, position).
+    Header,
+    /// The record's xxh3 does not match its header.
+    Checksum,
+    /// Its ht is not above the record before it.
+    HtOrder,
 }
 
 /// What [`verify_records`] found in a payload.
@@ -52,6 +67,7 @@ pub fn verify_records(
             .map_err(|_| BadRecord {
                 tablet: tablet.clone(),
                 pos,
+                kind: BadRecordKind::Short,
                 reason: format!("{} bytes left, too short for a record header", rest.len()),
             })?
             .0;
@@ -74,25 +90,30 @@ fn check_record(
     pos: WalPos,
     last: Option<HybridTime>,
 ) -> Result<(usize, HybridTime), BadRecord> {
-    let err = |reason: String| BadRecord {
+    let err = |kind: BadRecordKind, reason: String| BadRecord {
         tablet: tablet.clone(),
         pos,
+        kind,
         reason,
     };
     // The kind is among the header's checks.
     if let Some(reason) = header_problem(h, pos.0, rest.len()) {
-        return Err(err(reason));
+        return Err(err(BadRecordKind::Header, reason));
     }
     let total = RECORD_HEADER_LEN + h.len.get() as usize;
     if record_checksum(&rest[..total]) != h.checksum.get() {
-        return Err(err("record checksum mismatch".into()));
+        return Err(err(
+            BadRecordKind::Checksum,
+            "record checksum mismatch".into(),
+        ));
     }
     let ht = HybridTime(h.ht.get());
     if let Some(l) = last {
         if ht <= l {
-            return Err(err(format!(
-                "record ht {ht} is not greater than the previous ht {l}"
-            )));
+            return Err(err(
+                BadRecordKind::HtOrder,
+                format!("record ht {ht} is not greater than the previous ht {l}"),
+            ));
         }
     }
     Ok((total, ht))
@@ -211,6 +232,30 @@ mod tests {
         let mut zeros = payload.clone();
         zeros.extend([0u8; 64]);
         assert_eq!(whole_records_prefix(&zeros, usize::MAX).1, 10);
+    }
+
+    /// Each check names itself: a caller counts checksum failures apart from the others
+    /// without reading the reason's text.
+    #[test]
+    fn a_bad_record_says_which_check_it_failed() {
+        let first = WalPos(4096);
+        let good = records(first, 3);
+        let kind = |bytes: &[u8], after: Option<HybridTime>| {
+            verify_records(&t("k"), bytes, first, after).map_err(|e| e.kind)
+        };
+        assert!(kind(&good, None).is_ok());
+        let mut body = good.clone();
+        let last = body.len() - 1;
+        body[last] ^= 0xff;
+        assert_eq!(kind(&body, None), Err(BadRecordKind::Checksum));
+        assert_eq!(kind(&good[..10], None), Err(BadRecordKind::Short));
+        assert_eq!(
+            kind(&good, Some(HybridTime(100))),
+            Err(BadRecordKind::HtOrder)
+        );
+        // Records sent for another position than their headers say.
+        let moved = verify_records(&t("k"), &good, first.add(8), None).map_err(|e| e.kind);
+        assert_eq!(moved, Err(BadRecordKind::Header));
     }
 
     mod props {

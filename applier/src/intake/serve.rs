@@ -75,13 +75,31 @@ fn fmt_duration(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(ms)).to_string()
 }
 
+/// Why no message could be read from a stream: a stream or connection that ended under
+/// the reader (not the frame's fault) is told apart from bytes that are not a message.
+#[derive(Debug, thiserror::Error)]
+enum ReadMsgError {
+    /// The stream was reset or its connection lost (a shipper stopping, a network failure).
+    #[error(transparent)]
+    Ended(quinn::ReadError),
+    /// The bytes are not a valid message; a checksum mismatch is among them.
+    #[error(transparent)]
+    Wire(#[from] wire::WireError),
+    /// The stream finished inside a message, or reading it failed otherwise.
+    #[error(transparent)]
+    Cut(anyhow::Error),
+}
+
 /// Reads one message from a QUIC stream. `Ok(None)` at a clean end of stream.
-async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes)>> {
+async fn read_msg(
+    recv: &mut quinn::RecvStream,
+) -> std::result::Result<Option<(Message, Bytes)>, ReadMsgError> {
     let mut head = [0u8; MSG_HEADER_LEN];
     match recv.read_exact(&mut head).await {
         Ok(()) => {}
         Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
-        Err(e) => return Err(e.into()),
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(ReadMsgError::Ended(e)),
+        Err(e) => return Err(ReadMsgError::Cut(e.into())),
     }
     let (kind, len, sum) = wire::decode_header(&head)?;
     // One copy out of quinn's buffers, no zeroing first (frames are up to a few MiB), and
@@ -101,10 +119,10 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
             .await
             .map_err(read_error)?;
         if n == 0 {
-            anyhow::bail!(
+            return Err(ReadMsgError::Cut(anyhow::anyhow!(
                 "the stream ended {} bytes into a {len}-byte {kind:?} message body",
                 body.len()
-            );
+            )));
         }
         if data && body.len() >= wire::DATA_HEADER_LEN {
             let (head, payload) = body.split_at(wire::DATA_HEADER_LEN);
@@ -131,10 +149,10 @@ async fn read_msg(recv: &mut quinn::RecvStream) -> Result<Option<(Message, Bytes
 
 /// quinn's read error back out of the `std::io::Error` its `AsyncRead` wraps it in, so a
 /// stream or connection that ended is told apart from a bad frame.
-fn read_error(e: std::io::Error) -> anyhow::Error {
+fn read_error(e: std::io::Error) -> ReadMsgError {
     match e.downcast::<quinn::ReadError>() {
-        Ok(r) => r.into(),
-        Err(e) => anyhow::Error::from(e).context("reading the stream"),
+        Ok(r) => ReadMsgError::Ended(r),
+        Err(e) => ReadMsgError::Cut(anyhow::Error::from(e).context("reading the stream")),
     }
 }
 
@@ -194,13 +212,10 @@ fn frames_beyond_the_clock_plus_the_skew_bound_are_named_by_position() {
 fn a_stream_that_ended_is_still_told_apart_through_async_read() {
     let io: std::io::Error = quinn::ReadError::Reset(quinn::VarInt::from_u32(7)).into();
     let e = read_error(io);
-    assert!(matches!(
-        e.downcast_ref::<quinn::ReadError>(),
-        Some(quinn::ReadError::Reset(_))
-    ));
+    assert!(matches!(e, ReadMsgError::Ended(quinn::ReadError::Reset(_))));
     let e = read_error(std::io::Error::other("something else"));
-    assert!(e.downcast_ref::<quinn::ReadError>().is_none());
-    assert!(format!("{e:#}").contains("something else"));
+    assert!(matches!(e, ReadMsgError::Cut(_)), "{e:?}");
+    assert!(format!("{:#}", anyhow::Error::from(e)).contains("something else"));
 }
 
 pub(super) async fn serve_connection(
@@ -478,24 +493,22 @@ async fn receive_frames(
                 std::future::pending::<()>().await;
                 return Ok(());
             }
-            Err(e) => {
+            Err(ReadMsgError::Ended(e)) => {
                 // The stream or connection ended under us (a shipper stopping, a network
                 // failure): not the frame's fault, and nobody to tell. A stream that ends
                 // inside a message is a bad frame, below.
-                let ended = e.downcast_ref::<quinn::ReadError>().is_some()
-                    || matches!(
-                        e.downcast_ref::<quinn::ReadExactError>(),
-                        Some(quinn::ReadExactError::ReadError(_))
-                    );
-                if ended {
-                    return Err(e.context(format!("tablet {tablet}: stream ended")));
-                }
-                if let Some(w) = e.downcast_ref::<wire::WireError>() {
+                return Err(
+                    anyhow::Error::from(e).context(format!("tablet {tablet}: stream ended"))
+                );
+            }
+            Err(e) => {
+                if let ReadMsgError::Wire(w) = &e {
                     ti.count_frame_error(matches!(
                         w,
                         wire::WireError::HeaderChecksum | wire::WireError::BodyChecksum { .. }
                     ));
                 }
+                let e = anyhow::Error::from(e);
                 let reason = format!("corrupt frame on tablet {tablet}: {e:#}");
                 tracing::warn!(
                     conn = conn_id,

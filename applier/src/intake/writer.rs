@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use tidelog_proto::intake::Durable;
-use tidelog_wal::{SyncPolicy, TabletId, WalOptions, Writer};
+use tidelog_wal::verify::{verify_records, BadRecordKind};
+use tidelog_wal::{HybridTime, SyncPolicy, TabletId, WalOptions, Writer};
 use tokio::sync::watch;
 
 use super::options::{Hook, IntakeOptions};
@@ -320,7 +321,7 @@ pub(super) fn writer_thread(
                 ) => {
                     // Refused by verification: nothing of the frame is staged. (Damage inside
                     // a record body passes the frame's sum and is caught here.)
-                    ti.count_frame_error(e.to_string().contains("checksum"));
+                    ti.count_frame_error(checksum_refusal(&tablet, &req, w.last_ht()));
                     refused = Some(req.stream);
                     error = Some((
                         req.stream,
@@ -420,5 +421,54 @@ pub(super) fn writer_thread(
     queue.close();
     if let Err(e) = w.close() {
         tracing::warn!(tablet = %tablet, "closing the received log: {e}");
+    }
+}
+
+/// Whether the received log refused frame `req` for a record whose checksum does not
+/// match (counted apart from the other refusals). The log's error names the verifier's
+/// finding only as text, so the verifier is asked again for its typed kind: on the
+/// refusal path only, and against the same last ht (a refused frame stages nothing).
+fn checksum_refusal(tablet: &TabletId, req: &WriteReq, after: Option<HybridTime>) -> bool {
+    verify_records(tablet, &req.payload, req.first, after)
+        .is_err_and(|bad| bad.kind == BadRecordKind::Checksum)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tidelog_wal::{Body, HybridTime, Op, Record, TabletId, WalPos};
+
+    use super::*;
+
+    /// A body damaged under a good frame checksum counts as a checksum error; a frame
+    /// refused for its ht order does not.
+    #[test]
+    fn a_damaged_record_body_is_told_from_other_refusals() {
+        let tablet: TabletId = "c1".parse().unwrap_or_else(|_| unreachable!());
+        let first = WalPos(4096);
+        let rec = Record::new(
+            HybridTime(200),
+            Body::Write {
+                ops: vec![Op::put(b"k".to_vec(), b"value".to_vec())],
+                trx_id: None,
+                gtid: None,
+            },
+        );
+        let good = rec.encode(first).unwrap_or_default();
+        let req = |payload: Vec<u8>| WriteReq {
+            stream: 0,
+            first,
+            payload: Bytes::from(payload),
+        };
+        assert!(!checksum_refusal(&tablet, &req(good.clone()), None));
+        assert!(!checksum_refusal(
+            &tablet,
+            &req(good.clone()),
+            Some(HybridTime(300))
+        ));
+        let mut damaged = good;
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        assert!(checksum_refusal(&tablet, &req(damaged), None));
     }
 }

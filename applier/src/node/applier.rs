@@ -107,7 +107,7 @@ impl Applier {
         let (d2, o2, so) = (data_dir.clone(), opts.intake.clone(), opts.store);
         let store = Arc::new(
             blocking(move || -> Result<Store> {
-                crate::intake::recover_received_logs(&o2)?;
+                crate::intake::recover_received_logs(&o2).map_err(Error::Other)?;
                 Ok(Store::open_with(&d2, &so)?)
             })
             .await??,
@@ -142,7 +142,8 @@ impl Applier {
         ));
         let w2 = workers.clone();
         let hook: DurableHook = Arc::new(move |t: &TabletId, p: WalPos| w2.ensure(t, p));
-        let intake = Intake::start(opts.intake.clone(), opts.tls, Some(hook))?;
+        let intake =
+            Intake::start(opts.intake.clone(), opts.tls, Some(hook)).map_err(Error::Other)?;
         let _ = workers.intake.set(intake.clone());
         workers
             .threads

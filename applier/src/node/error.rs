@@ -85,12 +85,3 @@ impl Error {
         }
     }
 }
-
-impl From<anyhow::Error> for Error {
-    fn from(e: anyhow::Error) -> Self {
-        match e.downcast::<crate::error::Error>() {
-            Ok(e) => Error::Store(e),
-            Err(e) => Error::Other(e),
-        }
-    }
-}

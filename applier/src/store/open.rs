@@ -66,7 +66,7 @@ impl OpenStore {
         let path = data_dir.join("store");
         Self::open_inner(data_dir, opts).map_err(|e| match e {
             e @ (Error::Open { .. } | Error::Io { .. } | Error::Invalid(_)) => e,
-            e if crate::disk::caused_by_no_space(&e) => e,
+            e if e.is_no_space() => e,
             Error::Store { op, source } => Error::Open {
                 detail: format!("{op}: {}", describe_open_error(&source, &path)),
                 path,

@@ -488,7 +488,7 @@ impl Shared {
     /// writes until a reopen: the fault is recorded (once), the reopen thread woken, and
     /// the fault returned. Anything else is returned as it is.
     fn failed(sh: &Arc<Shared>, e: Error) -> Error {
-        let no_space = crate::disk::caused_by_no_space(&e);
+        let no_space = e.is_no_space();
         let poisoned = matches!(
             &e,
             Error::Store {
@@ -659,7 +659,7 @@ fn reopen_loop(sh: &Arc<Shared>) {
                 }
                 if let Some(d) = e.disk_full() {
                     *lock(&sh.fault) = Some(Fault::DiskFull(d.clone()));
-                } else if crate::disk::caused_by_no_space(&e) {
+                } else if e.is_no_space() {
                     *lock(&sh.fault) = Some(Fault::DiskFull(DiskFull {
                         path: sh.path.clone(),
                         message: disk::no_space_message(&sh.path, "reopening the store failed"),

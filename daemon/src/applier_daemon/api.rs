@@ -43,10 +43,16 @@ impl ApplierState {
 
 /// The HTTP answer to a failed call: 400 for a bad request, 409 for a conflicting state
 /// (promoted, no clean cut, a gtid expired or not visible), 503 for a consistent read that
-/// cannot be served or no place to wait, 500 (503 for a full disk) for the store.
+/// cannot be served or no place to wait, 500 for the store, but 503 for a store that takes
+/// no writes for now: `disk_full` (naming the path) or `store_unavailable`.
 pub fn api_error(e: node::Error) -> ApiError {
     use node::Error as E;
+    use tidelog_applier::error::Error as StoreError;
     match e {
+        E::Store(StoreError::DiskFull(d)) => ApiError::unavailable("disk_full", d.to_string()),
+        E::Store(e @ StoreError::Unavailable { .. }) => {
+            ApiError::unavailable("store_unavailable", e.to_string())
+        }
         E::Store(e) => ApiError::internal(&e.into()),
         E::Other(e) => ApiError::internal(&e),
         E::Invalid(m) => ApiError::bad_request(m),
@@ -617,5 +623,31 @@ mod tests {
             assert!(got[k].is_null(), "{k}: {got}");
         }
         assert_eq!(got.as_object().unwrap().len(), 10);
+    }
+
+    /// A store that takes no writes for now answers 503 with its own code, any other store
+    /// failure 500; each keeps the store's message.
+    #[test]
+    fn store_errors_map_to_their_status() {
+        use tidelog_applier::disk::DiskFull;
+        use tidelog_applier::error::Error as StoreError;
+        let full = DiskFull {
+            path: "/data/store".into(),
+            message: "no space left on device at /data/store".into(),
+        };
+        let e = api_error(node::Error::Store(StoreError::DiskFull(full)));
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (503, "disk_full"));
+        assert_eq!(e.message, "no space left on device at /data/store");
+        let e = api_error(node::Error::Store(StoreError::Unavailable {
+            path: "/data/store".into(),
+            reason: "reopening".into(),
+        }));
+        assert_eq!(
+            (e.status.as_u16(), e.code.as_str()),
+            (503, "store_unavailable")
+        );
+        assert!(e.message.contains("reopening"), "{}", e.message);
+        let e = api_error(node::Error::Store(StoreError::Invalid("x".into())));
+        assert_eq!((e.status.as_u16(), e.code.as_str()), (500, "internal"));
     }
 }

@@ -577,8 +577,15 @@ pub fn run(args: CtlArgs) -> Result<u8> {
     };
     if answer.status.is_success() || args.json {
         let mut stdout = std::io::stdout().lock();
-        stdout.write_all(out.as_bytes())?;
-        stdout.flush()?;
+        match stdout
+            .write_all(out.as_bytes())
+            .and_then(|()| stdout.flush())
+        {
+            Ok(()) => {}
+            // Nobody reads the answer any more (`| head`): a quiet success.
+            Err(e) if crate::output::reader_gone(&e) => return Ok(EXIT_OK),
+            Err(e) => return Err(e.into()),
+        }
     }
     if !answer.status.is_success() {
         eprintln!("error: {}", answer.error_text());
