@@ -23,7 +23,8 @@
 //! )
 //! .await
 //! # }
-//! ```//!
+//! ```
+//!
 //! The server and its socket are in `serve.rs`, the error answer in `error.rs`, and the
 //! request and answer values (queries, hybrid times, keys and values) in `values.rs`.
 
