@@ -121,6 +121,8 @@ pub struct ApplierConfig {
     /// Log filter (`info`, `debug`, `tidelog_applier=debug,info`, …). RUST_LOG and
     /// `--log-level` override it. Default `info`.
     pub log_level: String,
+    /// The MySQL-protocol endpoint. Default unset: off.
+    pub sql: Option<crate::sql_config::SqlConfig>,
 }
 
 /// `shipper.toml`.
@@ -462,6 +464,7 @@ impl Default for ApplierConfig {
             quic: QuicConfig::default(),
             metrics_listen: None,
             log_level: DEFAULT_LOG_LEVEL.to_string(),
+            sql: None,
         }
     }
 }
@@ -473,6 +476,9 @@ impl ApplierConfig {
         validate_log_level(&self.log_level)?;
         self.tls.validate()?;
         self.quic.validate()?;
+        if let Some(sql) = &self.sql {
+            sql.validate()?;
+        }
         if self.segment_size < 64 << 10 {
             bail!(
                 "key \"segment-size\": {} is below the minimum 64KiB",
@@ -877,13 +883,15 @@ fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error
     }
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Duration, D::Error> {
     let s = String::deserialize(d)
         .map_err(|_| D::Error::custom("expected a duration string like \"15m\" or \"200ms\""))?;
     parse_duration(&s).map_err(D::Error::custom)
 }
 
-fn de_from_str<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
+pub(crate) fn de_from_str<'de, D, T>(d: D) -> std::result::Result<T, D::Error>
 where
     D: Deserializer<'de>,
     T: FromStr,
@@ -910,7 +918,7 @@ fn de_opt_addr<'de, D: Deserializer<'de>>(
 }
 
 /// A path: an empty (or blank) one would silently mean the current directory.
-fn de_path<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<PathBuf, D::Error> {
+pub(crate) fn de_path<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<PathBuf, D::Error> {
     let p = PathBuf::deserialize(d)?;
     if p.as_os_str().to_string_lossy().trim().is_empty() {
         return Err(D::Error::custom(format!(

@@ -22,3 +22,4 @@ pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
 pub mod small_file;
+pub mod sql_config;
