@@ -22,7 +22,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::Deserialize;
-use tidelog_wal::wire::{Congestion, QuicTuning};
+use tidelog_net::{Congestion, QuicTuning};
 use tidelog_wal::{SyncPolicy, TabletId};
 
 use crate::small_file;

@@ -1,16 +1,19 @@
-//! tidelog-net: the QUIC set-up both daemons use.
+//! tidelog-net: the network set-up both daemons (and the test kit's impairment proxy) use.
 //!
 //! * [`transport`]: the transport settings built from one [`QuicTuning`] (the `[quic]`
 //!   config table): flow-control windows, packet size, keep-alives and idle timeout, loss
 //!   detection and the congestion controller;
+//! * [`bind_udp`]: an endpoint's UDP socket with its kernel receive buffer sized (socket2);
+//! * [`Silence`]: a connection that has heard nothing for the silence limit;
 //! * [`tls`]: the one TLS set-up (TLS 1.3, mutual authentication against one CA, ALPN
 //!   `tidelog/1`): loading and checking a `[tls]` table's PEM files, the rustls and quinn
 //!   server and client configurations, and the messages for a refused certificate;
 //! * [`pki`]: the PKI generator of `tidelog certs init`, which tests and benchmarks use too;
 //! * [`small_file`]: capped reads of the small files a daemon is pointed at.
 //!
-//! It opens no socket and runs nothing; the shipper's and the applier's endpoint set-up
-//! call [`tls::client_config`] and [`tls::server_config`].
+//! It runs nothing; the shipper's and the applier's endpoint set-up call [`bind_udp`],
+//! [`tls::client_config`] and [`tls::server_config`]. The protocol spoken over the
+//! connections is `tidelog-proto`'s.
 //!
 //! # Loss detection and congestion control on a WAN
 //!
@@ -31,13 +34,19 @@
 //! connection each) add up.
 
 pub mod pki;
+mod silence;
 pub mod small_file;
 pub mod tls;
+mod tuning;
+mod udp;
 
 use std::sync::Arc;
 
 use quinn::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
-use tidelog_wal::wire::{Congestion, QuicTuning};
+
+pub use silence::Silence;
+pub use tuning::{Congestion, QuicTuning, DEFAULT_PACKET_THRESHOLD, DEFAULT_TIME_THRESHOLD};
+pub use udp::{bind_udp, UdpReceiveBuffer};
 
 /// A setting quinn cannot take; names the `[quic]` key.
 #[derive(Debug, thiserror::Error)]

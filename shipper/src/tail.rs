@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tidelog_wal::control::ControlView;
 use tidelog_wal::format::{RecordHeader, RECORD_HEADER_LEN};
 use tidelog_wal::reader::{list_segments, SEGMENT_DATA_OFFSET};
-use tidelog_wal::wire::{take_records, WireError};
+use tidelog_wal::verify::{take_records, BadRecord};
 use tidelog_wal::{HybridTime, TabletId, WalPos};
 use zerocopy::FromBytes;
 
@@ -251,11 +251,10 @@ impl Tail {
                         last_ht: taken.summary.last_ht.unwrap_or_default(),
                     }));
                 }
-                if let Some(e) = taken.bad {
-                    let (bad, reason) = match e {
-                        WireError::BadRecord { pos, reason, .. } => (pos, reason),
-                        other => (pos, other.to_string()),
-                    };
+                if let Some(BadRecord {
+                    pos: bad, reason, ..
+                }) = taken.bad
+                {
                     let file = cur.path.clone();
                     *buf = b;
                     return Err(TailError::Corrupt {

@@ -398,7 +398,7 @@ pub struct ImpairProxy {
 
 /// A UDP socket on 127.0.0.1 (ephemeral port), non-blocking, with a large receive buffer.
 fn bind_local() -> std::io::Result<std::net::UdpSocket> {
-    let (s, _) = tidelog_wal::wire::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)), SOCKET_BUFFER)?;
+    let (s, _) = tidelog_net::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)), SOCKET_BUFFER)?;
     s.set_nonblocking(true)?;
     Ok(s)
 }

@@ -26,8 +26,7 @@ struct Arrival {
 }
 
 fn socket() -> UdpSocket {
-    let (s, _) =
-        tidelog_wal::wire::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)), 8 << 20).unwrap();
+    let (s, _) = tidelog_net::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)), 8 << 20).unwrap();
     s.set_nonblocking(true).unwrap();
     UdpSocket::from_std(s).unwrap()
 }

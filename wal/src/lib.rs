@@ -5,12 +5,13 @@
 //! increasing hybrid time. This crate contains the ids and time types, the record model and
 //! its on-disk format (`wal/FORMAT.md`), the [`Writer`] with its sync policies, the
 //! [`Reader`] that another process may run while the writer writes, recovery of a torn tail,
-//! retention against the shipper's `acked` file, and the JSON form of records used by
-//! `tidelog wal dump|append`. (The source session that hands out trx ids and gtids is in
-//! the test kit, `tidelog-testkit`.)
+//! retention against the shipper's `acked` file, the checks of a run of encoded records
+//! ([`verify`]), and the JSON form of records used by `tidelog wal dump|append`. (The source
+//! session that hands out trx ids and gtids is in the test kit, `tidelog-testkit`.)
 //!
-//! It contains no networking code and starts no threads except the group-commit flusher of
-//! a writer opened with [`SyncPolicy::Batch`].
+//! It contains no networking code (the wire protocol is `tidelog-proto`'s, the sockets
+//! `tidelog-net`'s) and starts no threads except the group-commit flusher of a writer
+//! opened with [`SyncPolicy::Batch`].
 
 pub mod control;
 mod direct;
@@ -28,7 +29,7 @@ pub mod recovery;
 pub mod retention;
 mod segment;
 pub mod time;
-pub mod wire;
+pub mod verify;
 pub mod writer;
 
 pub use direct::supported as direct_io_supported;

@@ -927,7 +927,7 @@ impl Writer {
     /// records may be staged: `rollback` drops them.
     pub fn append_encoded(&mut self, bytes: &[u8]) -> Result<(u32, Option<HybridTime>)> {
         let start = self.staged_pos();
-        let sum = crate::wire::verify_records(&self.tablet, bytes, start, self.staged_ht)
+        let sum = crate::verify::verify_records(&self.tablet, bytes, start, self.staged_ht)
             .map_err(|e| Error::InvalidRecord(e.to_string()))?;
         let max = self.opts.segment_size as usize - SEGMENT_HEADER_LEN;
         let mut off = 0usize;
@@ -938,7 +938,7 @@ impl Writer {
             let n = if bytes.len() - off <= room {
                 bytes.len() - off
             } else {
-                crate::wire::whole_records_prefix(&bytes[off..], room).0
+                crate::verify::whole_records_prefix(&bytes[off..], room).0
             };
             if n == 0 {
                 use zerocopy::FromBytes;

@@ -1,7 +1,7 @@
-//! Fuzz-style property tests of every decoder of disk and network input in the WAL crate:
-//! wire messages (Hello, Welcome, Open, Error, Ack, Data, KeepAlive), message and data
-//! headers, the data checksum, the record walks of a frame (`take_records`,
-//! `verify_records`), records and record bodies, segment headers, a WAL directory recovered
+//! Fuzz-style property tests of every decoder of disk input in the WAL crate: the record
+//! walks of a run of records (`take_records`, `verify_records`, which a data frame's payload
+//! also goes through; the wire messages' own are in `proto/tests/fuzz.rs`), records and
+//! record bodies, segment headers, a WAL directory recovered
 //! on open (arbitrary bytes after a valid prefix, a whole segment of arbitrary bytes, an
 //! arbitrary `control` file), the `acked` file, the JSON record form (`wal append` input)
 //! and the ids and times parsed from text.
@@ -39,17 +39,11 @@ use tidelog_wal::format::{
 use tidelog_wal::json::{from_json_line, from_json_line_or, to_json_line};
 use tidelog_wal::record::{parse_record, Parsed};
 use tidelog_wal::retention::{read_acked, write_acked, ACKED_FILE};
-use tidelog_wal::wire::{self, Message, MsgHeader, MsgKind, WireError};
 use tidelog_wal::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 fuzz_tests! {
-    wire_arbitrary_bytes: 1000;
-    wire_sealed_arbitrary_bodies: 500;
-    wire_round_trip: 300;
-    wire_mutated_messages: 500;
-    wire_data_checksum_in_pieces: 300;
-    wire_record_walks: 300;
+    record_walks: 300;
     record_parse: 500;
     record_body_decode: 500;
     record_round_trip: 300;
@@ -68,18 +62,6 @@ fn tablet() -> TabletId {
     "fz".parse().unwrap()
 }
 
-/// Records placed one after another from `first`, with strictly increasing hts from `ht`.
-fn place(first: u64, ht: u64, bodies: Vec<Body>) -> (Vec<Record>, Vec<u8>) {
-    let mut out = Vec::new();
-    let mut recs = Vec::new();
-    for (i, body) in bodies.into_iter().enumerate() {
-        let r = Record::new(HybridTime(ht + i as u64), body);
-        out.extend(r.encode(WalPos(first + out.len() as u64)).unwrap());
-        recs.push(r);
-    }
-    (recs, out)
-}
-
 /// The records a reader of `area` (records from position `first`) finds before the first
 /// invalid one, and where they end.
 fn valid_prefix(area: &[u8], first: u64) -> (Vec<Record>, usize) {
@@ -95,346 +77,13 @@ fn valid_prefix(area: &[u8], first: u64) -> (Vec<Record>, usize) {
     (recs, off)
 }
 
-fn message_text(e: &impl std::fmt::Display) -> Result<String, TestCaseError> {
-    let s = e.to_string();
-    prop_assert!(!s.trim().is_empty(), "an error without a message");
-    Ok(s)
-}
-
-// ---- wire ----------------------------------------------------------------------------------
-
-/// The bytes of `m` as its encoder writes them (`payload`: a data frame's records).
-fn encode_msg(m: &Message, payload: &[u8]) -> Vec<u8> {
-    match m {
-        Message::Hello(h) => wire::encode_hello(h),
-        Message::Welcome(w) => wire::encode_welcome(w),
-        Message::Open(o) => wire::encode_open(o),
-        Message::Error(e) => wire::encode_error(&e.code, &e.message),
-        Message::Ack { durable, safe_time } => wire::encode_ack(*durable, *safe_time),
-        Message::Data(f) => {
-            let mut out = wire::encode_data_head(
-                &f.tablet,
-                f.first_pos,
-                f.safe_time,
-                f.record_count,
-                payload,
-            )
-            .to_vec();
-            out.extend_from_slice(payload);
-            out
-        }
-        Message::KeepAlive(f) => {
-            wire::encode_keepalive(&f.tablet, f.first_pos, f.safe_time).to_vec()
-        }
-    }
-}
-
-/// A message header with correct checksums in front of `body`, for kind byte `kind`.
-fn seal(kind: u8, body: &[u8]) -> Vec<u8> {
-    use zerocopy::little_endian::{U16, U32, U64};
-    let body_checksum = if matches!(kind, 4 | 5) && body.len() >= wire::DATA_HEADER_LEN {
-        let (dh, payload) = body.split_at(wire::DATA_HEADER_LEN);
-        wire::data_checksum(dh, payload)
-    } else {
-        hash::xxh3_64(body)
-    };
-    let mut h = MsgHeader {
-        magic: wire::MSG_MAGIC,
-        version: wire::WIRE_VERSION,
-        kind,
-        reserved0: U16::new(0),
-        body_len: U32::new(body.len() as u32),
-        reserved1: U32::new(0),
-        body_checksum: U64::new(body_checksum),
-        header_checksum: U64::new(0),
-    };
-    h.header_checksum = U64::new(hash::xxh3_64(&h.as_bytes()[..24]));
-    let mut out = h.as_bytes().to_vec();
-    out.extend_from_slice(body);
-    out
-}
-
-fn short_text() -> impl Strategy<Value = String> {
-    prop_oneof![
-        "[a-z0-9_.:-]{0,12}",
-        any::<String>().prop_map(|s| s.chars().take(24).collect()),
-    ]
-}
-
-fn wal_pos() -> impl Strategy<Value = WalPos> {
-    prop_oneof![any::<u64>(), 0u64..1 << 20].prop_map(WalPos)
-}
-
-/// A data frame: its message and payload (whole records from its first position).
-fn data_frame() -> impl Strategy<Value = (Message, Vec<u8>)> {
-    (
-        tablet_id(),
-        0u64..u64::MAX / 2,
-        any::<u64>(),
-        prop::collection::vec(body(), 0..5),
-    )
-        .prop_map(|(tablet, first, ht, bodies)| {
-            let (recs, payload) = place(first, ht / 2, bodies);
-            let f = wire::DataFrame {
-                tablet,
-                first_pos: WalPos(first),
-                end_pos: WalPos(first + payload.len() as u64),
-                safe_time: recs.last().map_or(HybridTime(ht), |r| r.ht),
-                record_count: recs.len() as u32,
-            };
-            (Message::Data(f), payload)
-        })
-}
-
-/// Any message, with the payload of a data frame.
-fn message() -> impl Strategy<Value = (Message, Vec<u8>)> {
-    let hello_tablet = (tablet_id(), wal_pos(), wal_pos()).prop_map(|(tablet, oldest, durable)| {
-        wire::HelloTablet {
-            tablet,
-            oldest,
-            durable,
-        }
-    });
-    let hello = (
-        short_text(),
-        any::<u32>(),
-        prop::collection::vec(hello_tablet, 0..4),
-        prop::collection::vec(tablet_id(), 0..4),
-    )
-        .prop_map(|(shipper_id, lane, tablets, all_tablets)| {
-            Message::Hello(wire::Hello {
-                shipper_id,
-                lane,
-                tablets,
-                all_tablets,
-            })
-        });
-    let welcome_tablet = (
-        tablet_id(),
-        prop::option::of(wal_pos()),
-        prop::option::of(short_text()),
-    )
-        .prop_map(|(tablet, resume, refused)| wire::WelcomeTablet {
-            tablet,
-            resume,
-            refused,
-        });
-    let welcome = (short_text(), prop::collection::vec(welcome_tablet, 0..4)).prop_map(
-        |(applier_id, tablets)| {
-            Message::Welcome(wire::Welcome {
-                applier_id,
-                tablets,
-            })
-        },
-    );
-    let open = (tablet_id(), wal_pos())
-        .prop_map(|(tablet, from)| Message::Open(wire::Open { tablet, from }));
-    let error = (short_text(), short_text())
-        .prop_map(|(code, message)| Message::Error(wire::ErrorMsg { code, message }));
-    let ack = (wal_pos(), any::<u64>()).prop_map(|(durable, ht)| Message::Ack {
-        durable,
-        safe_time: HybridTime(ht),
-    });
-    let keepalive = (tablet_id(), wal_pos(), any::<u64>()).prop_map(|(tablet, pos, ht)| {
-        Message::KeepAlive(wire::DataFrame {
-            tablet,
-            first_pos: pos,
-            end_pos: pos,
-            safe_time: HybridTime(ht),
-            record_count: 0,
-        })
-    });
-    prop_oneof![
-        1 => hello.prop_map(|m| (m, Vec::new())),
-        1 => welcome.prop_map(|m| (m, Vec::new())),
-        1 => open.prop_map(|m| (m, Vec::new())),
-        1 => error.prop_map(|m| (m, Vec::new())),
-        1 => ack.prop_map(|m| (m, Vec::new())),
-        1 => keepalive.prop_map(|m| (m, Vec::new())),
-        2 => data_frame(),
-    ]
-}
-
-/// Arbitrary bytes, many of them starting like a message.
-fn wire_arbitrary_bytes(cases: u32) {
-    let bytes = prop_oneof![
-        prop::collection::vec(any::<u8>(), 0..300),
-        (any::<u8>(), prop::collection::vec(any::<u8>(), 0..300)).prop_map(|(kind, rest)| {
-            let mut b = wire::MSG_MAGIC.to_vec();
-            b.extend([wire::WIRE_VERSION, kind]);
-            b.extend(rest);
-            b
-        }),
-    ];
-    check("wire_arbitrary_bytes", cases, bytes, |b| {
-        match wire::decode(&b) {
-            // Only a checksum collision gets through.
-            Ok((m, _)) => prop_assert!(false, "random bytes decoded as {m:?}"),
-            Err(e) => {
-                message_text(&e)?;
-                if b.len() < wire::MSG_HEADER_LEN {
-                    prop_assert_eq!(
-                        e,
-                        WireError::Truncated {
-                            need: wire::MSG_HEADER_LEN,
-                            have: b.len()
-                        }
-                    );
-                } else if b[..4] != wire::MSG_MAGIC {
-                    prop_assert!(matches!(e, WireError::BadMagic { .. }), "{e}");
-                }
-            }
-        }
-        Ok(())
-    });
-}
-
-/// Bodies of every kind (arbitrary, or a valid body mutated) behind a header whose
-/// checksums are right, so that the body decoders see them: whatever decodes re-encodes to
-/// a message that decodes the same.
-fn wire_sealed_arbitrary_bodies(cases: u32) {
-    let valid = message().prop_map(|(m, payload)| {
-        let b = encode_msg(&m, &payload);
-        b[wire::MSG_HEADER_LEN..].to_vec()
-    });
-    let input = (
-        prop_oneof![0u8..9, any::<u8>()],
-        random_or_mutated(valid, 400),
-    );
-    check(
-        "wire_sealed_arbitrary_bodies",
-        cases,
-        input,
-        |(kind, (_, body))| {
-            let msg = seal(kind, &body);
-            match wire::decode(&msg) {
-                Ok((m, used)) => {
-                    prop_assert_eq!(used, msg.len());
-                    let payload = match &m {
-                        Message::Data(_) => &body[wire::DATA_HEADER_LEN..],
-                        _ => &[][..],
-                    };
-                    let again = encode_msg(&m, payload);
-                    let (m2, used2) = wire::decode(&again).map_err(|e| {
-                        TestCaseError::fail(format!("{m:?} re-encoded does not decode: {e}"))
-                    })?;
-                    prop_assert_eq!(&m2, &m);
-                    prop_assert_eq!(used2, again.len());
-                    if matches!(m, Message::Ack { .. }) {
-                        prop_assert_eq!(again, msg);
-                    }
-                }
-                Err(e) => {
-                    message_text(&e)?;
-                    match MsgKind::from_u8(kind) {
-                        None => prop_assert_eq!(e, WireError::UnknownKind(kind)),
-                        Some(k) => prop_assert!(
-                            matches!(e, WireError::BadBody { kind, .. } | WireError::TooLong { kind, .. } if kind == k),
-                            "{e}"
-                        ),
-                    }
-                }
-            }
-            Ok(())
-        },
-    );
-}
-
-/// Every message decodes from its encoding to itself, using all of it; a data frame's
-/// payload verifies as its records.
-fn wire_round_trip(cases: u32) {
-    check("wire_round_trip", cases, message(), |(m, payload)| {
-        let b = encode_msg(&m, &payload);
-        let (got, used) = wire::decode(&b).map_err(|e| TestCaseError::fail(e.to_string()))?;
-        prop_assert_eq!(&got, &m);
-        prop_assert_eq!(used, b.len());
-        // A stream of two: the first ends where the second begins.
-        let mut two = b.clone();
-        two.extend_from_slice(&b);
-        prop_assert_eq!(wire::decode(&two).map(|(_, n)| n), Ok(b.len()));
-        if let Message::Data(f) = &m {
-            let s = wire::verify_records(&f.tablet, &payload, f.first_pos, None)
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(s.count, f.record_count);
-        }
-        Ok(())
-    });
-}
-
-/// A mutated message is refused, or is exactly the original: for a data frame, whose sum
-/// leaves record bodies to the records' own sums, the records then fail to verify.
-fn wire_mutated_messages(cases: u32) {
-    check(
-        "wire_mutated_messages",
-        cases,
-        (message(), mutations()),
-        |((m, payload), ms)| {
-            let orig = encode_msg(&m, &payload);
-            let b = mutate(&orig, &ms);
-            match wire::decode(&b) {
-                Ok((got, used)) => {
-                    let records_ok = match &got {
-                        Message::Data(f) => wire::verify_records(
-                            &f.tablet,
-                            &b[wire::MSG_HEADER_LEN + wire::DATA_HEADER_LEN..used],
-                            f.first_pos,
-                            None,
-                        )
-                        .is_ok(),
-                        _ => true,
-                    };
-                    prop_assert_eq!(
-                        b[..used] == orig[..],
-                        records_ok,
-                        "{:?} decoded from changed bytes",
-                        got
-                    );
-                    if records_ok {
-                        prop_assert_eq!(&got, &m);
-                    }
-                }
-                Err(e) => {
-                    message_text(&e)?;
-                    prop_assert!(b != orig, "the valid message was refused: {e}");
-                }
-            }
-            Ok(())
-        },
-    );
-}
-
-/// A data frame's checksum taken as its pieces arrive is the one taken over the whole
-/// payload, for any data header, any payload and any split.
-fn wire_data_checksum_in_pieces(cases: u32) {
-    let valid = prop::collection::vec(body(), 0..5).prop_map(|b| place(0, 1, b).1);
-    let input = (
-        prop::collection::vec(any::<u8>(), wire::DATA_HEADER_LEN),
-        random_or_mutated(valid, 600),
-        prop::collection::vec(any::<Index>(), 0..8),
-    );
-    check(
-        "wire_data_checksum_in_pieces",
-        cases,
-        input,
-        |(dh, (_, payload), splits)| {
-            let want = wire::data_checksum(&dh, &payload);
-            let mut ends: Vec<usize> = splits.iter().map(|s| s.index(payload.len() + 1)).collect();
-            ends.sort_unstable();
-            let mut c = wire::DataChecksum::new(&dh);
-            for e in ends {
-                c.advance(&payload[..e], payload.len());
-            }
-            prop_assert_eq!(c.finish(&payload), want);
-            Ok(())
-        },
-    );
-}
+// ---- record walks ------------------------------------------------------------------------
 
 /// The sender's and receiver's walks over records (valid ones, mutated, or followed by
 /// arbitrary bytes): `take_records` takes a whole, verified prefix within `max` and names
 /// the damaged record that stopped it at the position right after; `verify_records` and
 /// `whole_records_prefix` agree with it.
-fn wire_record_walks(cases: u32) {
+fn record_walks(cases: u32) {
     let valid = (0u64..u64::MAX / 2, prop::collection::vec(body(), 0..6))
         .prop_map(|(first, b)| (first, place(first, 1, b).1));
     let input = (
@@ -445,7 +94,7 @@ fn wire_record_walks(cases: u32) {
         any::<Index>(),
     );
     check(
-        "wire_record_walks",
+        "record_walks",
         cases,
         input,
         |((first, orig), ms, mutated, tail, max)| {
@@ -454,22 +103,19 @@ fn wire_record_walks(cases: u32) {
             let max = max.index(b.len() + 1);
             let t = tablet();
             let first = WalPos(first);
-            let taken = wire::take_records(&t, &b, first, max);
+            let taken = verify::take_records(&t, &b, first, max);
             prop_assert!(taken.len <= max.min(b.len()));
-            let good = wire::verify_records(&t, &b[..taken.len], first, None)
+            let good = verify::verify_records(&t, &b[..taken.len], first, None)
                 .map_err(|e| TestCaseError::fail(format!("taken prefix does not verify: {e}")))?;
             prop_assert_eq!(good, taken.summary);
             if let Some(e) = &taken.bad {
                 message_text(e)?;
-                let WireError::BadRecord { pos, .. } = e else {
-                    return Err(TestCaseError::fail(format!("not a record error: {e}")));
-                };
-                prop_assert_eq!(*pos, first.add(taken.len as u64));
+                prop_assert_eq!(e.pos, first.add(taken.len as u64));
             }
-            let (prefix, n, _) = wire::whole_records_prefix(&b, max);
+            let (prefix, n, _) = verify::whole_records_prefix(&b, max);
             prop_assert!(prefix >= taken.len && prefix <= max.min(b.len()));
             prop_assert!(n >= taken.summary.count);
-            match wire::verify_records(&t, &b, first, None) {
+            match verify::verify_records(&t, &b, first, None) {
                 Ok(s) if max >= b.len() => {
                     prop_assert_eq!(taken.len, b.len());
                     prop_assert_eq!(s, taken.summary);

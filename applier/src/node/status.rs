@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tidelog_wal::wire::UdpReceiveBuffer;
+use tidelog_net::UdpReceiveBuffer;
 use tidelog_wal::{HybridTime, TabletId};
 
 use super::applier::Applier;

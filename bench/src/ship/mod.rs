@@ -44,11 +44,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
+use tidelog_net::{Congestion, QuicTuning};
 use tidelog_shipper::io::IoChoice;
 use tidelog_shipper::{Shipper, ShipperOptions};
 use tidelog_testkit::{ImpairProxy, Impairment, ProxyStats};
 use tidelog_wal::format::SEGMENT_HEADER_LEN;
-use tidelog_wal::wire::{Congestion, QuicTuning};
 use tidelog_wal::{Body, HybridTime, Op, Record, SyncPolicy, TabletId, WalOptions, Writer};
 
 use crate::stats::{fmt_bytes, fmt_int, parse_size};

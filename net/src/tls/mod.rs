@@ -18,15 +18,15 @@ pub mod validity;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::QuicTuning;
 use anyhow::{Context, Result};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tidelog_wal::wire::QuicTuning;
 
 pub use load::{key_mode_warning, load_certs, load_key};
 pub use refusal::CertRefusal;
-pub use tidelog_wal::wire::ALPN;
+pub use tidelog_proto::wire::ALPN;
 pub use validity::{unix_now, EXPIRY_WARNING};
 
 /// The PEM files of one end's `[tls]` table.

@@ -50,6 +50,8 @@ pub(super) struct Gen {
     pub(super) tablets: Vec<TabletId>,
     pub(super) writers: Vec<Writer>,
     pub(super) last_record: Vec<Instant>,
+    /// Records appended to each tablet by this run.
+    pub(super) appended: Vec<u64>,
     /// Per tablet: the ht of the last record committed.
     pub(super) committed_ht: Vec<HybridTime>,
     /// The lowest `committed_ht` last sent as a [`SourceSafe`].
@@ -126,6 +128,7 @@ impl Gen {
             clock,
             gtids: GtidGen::new(GTID_DOMAIN, GTID_SERVER, last_seq),
             last_record: vec![now; tablets.len()],
+            appended: vec![0; tablets.len()],
             committed_ht: vec![HybridTime(0); tablets.len()],
             source_safe: HybridTime(0),
             start_pos: writers.iter().map(|w| w.written_pos()).collect(),
@@ -176,6 +179,7 @@ impl Gen {
         w.append(&Record::new(ht, body))
             .with_context(|| format!("appending to tablet {}", w.tablet()))?;
         self.last_record[tablet] = Instant::now();
+        self.appended[tablet] += 1;
         Ok(ht)
     }
 

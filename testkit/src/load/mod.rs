@@ -273,6 +273,9 @@ pub struct TabletEnd {
     pub tablet: TabletId,
     pub end_pos: WalPos,
     pub last_ht: Option<HybridTime>,
+    /// Records this run appended to the tablet (the source's retention may have deleted
+    /// some of them by the end, so a count of the log's records can be lower).
+    pub records: u64,
 }
 
 /// Record counts by kind.
@@ -451,10 +454,12 @@ pub fn run_when_ready(
         tablet_ends: g
             .writers
             .iter()
-            .map(|w| TabletEnd {
+            .zip(&g.appended)
+            .map(|(w, &records)| TabletEnd {
                 tablet: w.tablet().clone(),
                 end_pos: w.written_pos(),
                 last_ht: w.last_ht(),
+                records,
             })
             .collect(),
         bank_total: match &g.state {

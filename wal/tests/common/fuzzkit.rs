@@ -14,7 +14,7 @@ use std::time::Instant;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TrxId, TxnId};
+use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TrxId, TxnId, WalPos};
 
 /// Cases of the long (ignored) form of each property.
 pub const LONG_CASES: u32 = 100_000;
@@ -240,4 +240,25 @@ pub fn body() -> impl Strategy<Value = Body> {
 /// A record of any kind at any hybrid time.
 pub fn record() -> impl Strategy<Value = Record> {
     (any::<u64>(), body()).prop_map(|(ht, body)| Record::new(HybridTime(ht), body))
+}
+
+// ---- helpers of the properties ----
+
+/// Records placed one after another from `first`, with strictly increasing hts from `ht`.
+pub fn place(first: u64, ht: u64, bodies: Vec<Body>) -> (Vec<Record>, Vec<u8>) {
+    let mut out = Vec::new();
+    let mut recs = Vec::new();
+    for (i, body) in bodies.into_iter().enumerate() {
+        let r = Record::new(HybridTime(ht + i as u64), body);
+        out.extend(r.encode(WalPos(first + out.len() as u64)).unwrap());
+        recs.push(r);
+    }
+    (recs, out)
+}
+
+/// The text of an error, which must say something.
+pub fn message_text(e: &impl std::fmt::Display) -> Result<String, TestCaseError> {
+    let s = e.to_string();
+    prop_assert!(!s.trim().is_empty(), "an error without a message");
+    Ok(s)
 }

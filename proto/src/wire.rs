@@ -2,7 +2,8 @@
 //! handshake"): message framing, the handshake, data frames of WAL bytes as they are on
 //! disk, and acks. I/O-free: encoders return bytes, decoders take bytes and return typed
 //! messages or a typed [`WireError`]; arbitrary input never panics them. The byte layouts
-//! are drawn in `wal/FORMAT.md`.
+//! are drawn in `wal/FORMAT.md`. The records a data frame carries are checked by the log's
+//! own walks ([`tidelog_wal::verify`]).
 //!
 //! Streams of one QUIC connection (ALPN [`ALPN`]):
 //!
@@ -17,16 +18,13 @@
 //!   applier → shipper   Ack { durable } ...    or    Error { code, message }
 //! ```
 
-use crate::hash::xxh3_64;
 use serde::{Deserialize, Serialize};
+use tidelog_wal::format::{RecordHeader, RECORD_HEADER_LEN};
+use tidelog_wal::hash::xxh3_64;
+use tidelog_wal::ids::{TabletId, MAX_TABLET_ID_LEN};
+use tidelog_wal::{HybridTime, WalPos};
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
-
-use crate::format::{RecordHeader, RECORD_HEADER_LEN};
-use crate::ids::{TabletId, MAX_TABLET_ID_LEN};
-use crate::pos::WalPos;
-use crate::record::header_problem;
-use crate::time::HybridTime;
 
 /// The QUIC/TLS application protocol.
 pub const ALPN: &[u8] = b"tidelog/1";
@@ -38,230 +36,6 @@ pub const WIRE_VERSION: u8 = 2;
 pub const MAX_BODY: usize = 64 * 1024 * 1024;
 /// Largest JSON (control) body accepted.
 pub const MAX_CONTROL_BODY: usize = 4 * 1024 * 1024;
-
-/// The congestion controller of a QUIC connection (`[quic] congestion`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Congestion {
-    /// Paces by the measured bandwidth and round-trip time; random loss and reordering do
-    /// not shrink its window. The default.
-    #[default]
-    Bbr,
-    /// Loss-based (RFC 9438): each loss it sees cuts its window.
-    Cubic,
-    /// Loss-based (RFC 9002 §7): each loss it sees halves its window.
-    NewReno,
-}
-
-impl Congestion {
-    /// Every choice, as the config spells it.
-    pub const ALL: [Congestion; 3] = [Congestion::Bbr, Congestion::Cubic, Congestion::NewReno];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Congestion::Bbr => "bbr",
-            Congestion::Cubic => "cubic",
-            Congestion::NewReno => "newreno",
-        }
-    }
-}
-
-impl std::fmt::Display for Congestion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Congestion {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Congestion, String> {
-        Congestion::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| format!("{s:?} is not one of bbr, cubic, newreno"))
-    }
-}
-
-/// QUIC transport tuning shared by both ends (the daemons' `[quic]` config section).
-#[derive(Clone, Debug, PartialEq)]
-pub struct QuicTuning {
-    /// Connection-level receive window (bytes in flight over all streams).
-    pub receive_window: u64,
-    /// Per-stream receive window.
-    pub stream_receive_window: u64,
-    /// Initial (and minimum) UDP payload size: loopback and LANs allow far more than 1200.
-    pub max_udp_payload: u16,
-    /// A connection silent this long is closed (QUIC's idle timeout).
-    pub idle_timeout: std::time::Duration,
-    /// Each end gives up a connection (or a handshake) that has received no packet for
-    /// this long, well before the idle timeout: keep-alives ([`QuicTuning::keep_alive`])
-    /// make a live peer answer within it even when every stream is blocked, so a SIGKILLed
-    /// peer's connection does not linger, shown as streaming, until the idle timeout.
-    pub silence_limit: std::time::Duration,
-    /// Kernel receive buffer asked for the endpoint's UDP socket (`SO_RCVBUF`); 0 leaves
-    /// the system default. See [`bind_udp`].
-    pub udp_receive_buffer: u64,
-    /// The congestion controller of the connections this end sends on.
-    pub congestion: Congestion,
-    /// A packet is taken as lost once this many packets sent after it are acknowledged
-    /// (QUIC's default 3 takes every reordering by 3 packets for a loss).
-    pub packet_threshold: u32,
-    /// A packet is taken as lost once a packet sent after it is acknowledged and this many
-    /// round-trip times have passed since it was sent (QUIC's default 9/8).
-    pub time_threshold: f32,
-}
-
-impl QuicTuning {
-    /// The longest gap between the packets an end sends (QUIC keep-alives fill idle gaps).
-    pub fn keep_alive(&self) -> std::time::Duration {
-        (self.idle_timeout / 4)
-            .min(self.silence_limit / 5)
-            .max(std::time::Duration::from_millis(10))
-    }
-}
-
-/// Watches a connection's count of received datagrams for a silence longer than a limit.
-#[derive(Debug)]
-pub struct Silence {
-    received: u64,
-    at: std::time::Instant,
-}
-
-impl Silence {
-    /// Starts the clock at the connection's current count of received datagrams.
-    pub fn new(received: u64) -> Silence {
-        Silence {
-            received,
-            at: std::time::Instant::now(),
-        }
-    }
-
-    /// How often to look, for a silence to be noticed soon after `limit`.
-    pub fn look_every(limit: std::time::Duration) -> std::time::Duration {
-        (limit / 5).clamp(
-            std::time::Duration::from_millis(10),
-            std::time::Duration::from_secs(1),
-        )
-    }
-
-    /// With the current count: how long nothing has arrived, once that exceeds `limit`.
-    pub fn exceeded(
-        &mut self,
-        received: u64,
-        limit: std::time::Duration,
-    ) -> Option<std::time::Duration> {
-        if received != self.received {
-            self.received = received;
-            self.at = std::time::Instant::now();
-        }
-        let quiet = self.at.elapsed();
-        (quiet > limit).then_some(quiet)
-    }
-}
-
-impl Default for QuicTuning {
-    fn default() -> Self {
-        QuicTuning {
-            receive_window: 64 << 20,
-            stream_receive_window: 16 << 20,
-            max_udp_payload: 1472,
-            idle_timeout: std::time::Duration::from_secs(30),
-            silence_limit: std::time::Duration::from_secs(5),
-            udp_receive_buffer: 8 << 20,
-            congestion: Congestion::Bbr,
-            packet_threshold: DEFAULT_PACKET_THRESHOLD,
-            time_threshold: DEFAULT_TIME_THRESHOLD,
-        }
-    }
-}
-
-/// Default [`QuicTuning::packet_threshold`]: far beyond any reordering by jitter, so that
-/// loss is detected by time ([`DEFAULT_TIME_THRESHOLD`]).
-pub const DEFAULT_PACKET_THRESHOLD: u32 = 1 << 20;
-/// Default [`QuicTuning::time_threshold`]: a packet that arrives up to a whole round trip
-/// later than those sent after it (reordered or jittered) is not taken as lost.
-pub const DEFAULT_TIME_THRESHOLD: f32 = 2.0;
-
-/// The receive buffer a UDP socket was asked for and the one it got (both in bytes of
-/// data, as `SO_RCVBUF` is set; the kernel reports twice that, counting its overhead).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct UdpReceiveBuffer {
-    /// 0: the system default was left alone.
-    pub wanted: u64,
-    pub got: u64,
-}
-
-/// Binds a UDP socket for a QUIC endpoint and sizes its kernel receive buffer to `want`
-/// bytes (0: the system default). A QUIC receiver that falls behind for a moment — its
-/// thread preempted on a busy host — loses whatever overflows the buffer, and the sender's
-/// congestion control takes each loss as congestion; the Linux default (208 KiB) holds
-/// about 2 ms at 100 MB/s. `SO_RCVBUF` is capped at `net.core.rmem_max`; beyond it
-/// `SO_RCVBUFFORCE` is tried, which needs `CAP_NET_ADMIN`. A short grant is logged as a
-/// warning.
-pub fn bind_udp(
-    addr: std::net::SocketAddr,
-    want: u64,
-) -> std::io::Result<(std::net::UdpSocket, UdpReceiveBuffer)> {
-    use std::os::fd::AsRawFd;
-    let socket = std::net::UdpSocket::bind(addr)?;
-    let fd = socket.as_raw_fd();
-    let read = || -> std::io::Result<u64> {
-        let mut v: libc::c_int = 0;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: `v` and `len` are live locals of the sizes passed.
-        let rc = unsafe {
-            libc::getsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUF,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(u64::try_from(v).unwrap_or(0) / 2)
-    };
-    if want == 0 {
-        let got = read()?;
-        return Ok((socket, UdpReceiveBuffer { wanted: 0, got }));
-    }
-    let v = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX / 2);
-    let set = |opt: libc::c_int| -> std::io::Result<()> {
-        // SAFETY: `v` is a live c_int and its size is passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    };
-    set(libc::SO_RCVBUF)?;
-    let mut got = read()?;
-    if got < want && set(libc::SO_RCVBUFFORCE).is_ok() {
-        got = read()?;
-    }
-    if got < want {
-        tracing::warn!(
-            %addr,
-            wanted = want,
-            got,
-            "quic.udp-receive-buffer: the kernel gave the UDP socket less receive buffer than \
-             configured; raise net.core.rmem_max or grant CAP_NET_ADMIN (a short buffer drops \
-             datagrams under load, and QUIC slows down for each loss)"
-        );
-    }
-    Ok((socket, UdpReceiveBuffer { wanted: want, got }))
-}
 
 /// Message header: 32 bytes in front of every message.
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
@@ -444,12 +218,6 @@ pub enum WireError {
     Truncated { need: usize, have: usize },
     #[error("malformed {kind:?} body: {reason}")]
     BadBody { kind: MsgKind, reason: String },
-    #[error("bad record at position {pos} in a frame for tablet {tablet}: {reason}")]
-    BadRecord {
-        tablet: TabletId,
-        pos: WalPos,
-        reason: String,
-    },
     #[error("unexpected {got:?} message: {expected}")]
     Unexpected {
         got: MsgKind,
@@ -554,7 +322,8 @@ fn json<T: serde::de::DeserializeOwned>(kind: MsgKind, body: &[u8]) -> Result<T,
 }
 
 /// Decodes a message body (after [`decode_header`]); checks the body checksum. For `Data`
-/// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by [`verify_records`].
+/// the payload is `body[DATA_HEADER_LEN..]`; its records are checked by
+/// [`tidelog_wal::verify::verify_records`].
 pub fn decode_body(kind: MsgKind, body: &[u8], checksum: u64) -> Result<Message, WireError> {
     let computed = match kind {
         MsgKind::Data | MsgKind::KeepAlive => {
@@ -718,7 +487,7 @@ fn data_head(
 /// then whatever follows them verbatim (nothing, in a well-formed frame).
 ///
 /// Each record's own checksum covers its bytes, and the receiver checks every record before
-/// it writes any of the frame ([`verify_records`]): hashing the payload a second time would
+/// it writes any of the frame ([`tidelog_wal::verify::verify_records`]): hashing the payload a second time would
 /// detect nothing more, and cost both ends a pass over every byte. Walking the headers of a
 /// payload that was just read costs a small part of that. Corrupt bytes in a record body
 /// pass this sum and fail the record's; corrupt headers or record sums fail this one.
@@ -731,7 +500,7 @@ pub fn data_checksum(data_header: &[u8], payload: &[u8]) -> u64 {
 /// (a receiver that walked them once the whole frame was in found many evicted by the other
 /// streams' data meanwhile).
 pub struct DataChecksum {
-    hasher: crate::hash::Xxh3,
+    hasher: tidelog_wal::hash::Xxh3,
     /// Record sums not yet handed to the hasher, 8 bytes each.
     sums: [u8; 2048],
     n: usize,
@@ -752,7 +521,7 @@ impl std::fmt::Debug for DataChecksum {
 
 impl DataChecksum {
     pub fn new(data_header: &[u8]) -> DataChecksum {
-        let mut hasher = crate::hash::Xxh3::new();
+        let mut hasher = tidelog_wal::hash::Xxh3::new();
         hasher.update(data_header);
         DataChecksum {
             hasher,
@@ -800,228 +569,11 @@ impl DataChecksum {
     }
 }
 
-/// What [`verify_records`] found in a payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RecordsSummary {
-    pub count: u32,
-    pub first_ht: Option<HybridTime>,
-    pub last_ht: Option<HybridTime>,
-}
-
-/// Checks that `payload` is whole, checksummed records at consecutive positions from
-/// `first`, with ht strictly increasing and above `after_ht`. Does not decode bodies.
-pub fn verify_records(
-    tablet: &TabletId,
-    payload: &[u8],
-    first: WalPos,
-    after_ht: Option<HybridTime>,
-) -> Result<RecordsSummary, WireError> {
-    let mut off = 0usize;
-    let mut sum = RecordsSummary {
-        count: 0,
-        first_ht: None,
-        last_ht: None,
-    };
-    while off < payload.len() {
-        let pos = first.add(off as u64);
-        let rest = &payload[off..];
-        let h = RecordHeader::read_from_prefix(rest)
-            .map_err(|_| WireError::BadRecord {
-                tablet: tablet.clone(),
-                pos,
-                reason: format!("{} bytes left, too short for a record header", rest.len()),
-            })?
-            .0;
-        let (total, ht) = check_record(tablet, &h, rest, pos, sum.last_ht.or(after_ht))?;
-        sum.first_ht.get_or_insert(ht);
-        sum.last_ht = Some(ht);
-        sum.count += 1;
-        off += total;
-    }
-    Ok(sum)
-}
-
-/// Checks the record with header `h` at the front of `rest` (at `pos`): header, kind,
-/// checksum, and ht above `last`. Returns its whole length and its ht.
-#[inline]
-fn check_record(
-    tablet: &TabletId,
-    h: &RecordHeader,
-    rest: &[u8],
-    pos: WalPos,
-    last: Option<HybridTime>,
-) -> Result<(usize, HybridTime), WireError> {
-    let err = |reason: String| WireError::BadRecord {
-        tablet: tablet.clone(),
-        pos,
-        reason,
-    };
-    // The kind is among the header's checks.
-    if let Some(reason) = header_problem(h, pos.0, rest.len()) {
-        return Err(err(reason));
-    }
-    let total = RECORD_HEADER_LEN + h.len.get() as usize;
-    if crate::format::record_checksum(&rest[..total]) != h.checksum.get() {
-        return Err(err("record checksum mismatch".into()));
-    }
-    let ht = HybridTime(h.ht.get());
-    if let Some(l) = last {
-        if ht <= l {
-            return Err(err(format!(
-                "record ht {ht} is not greater than the previous ht {l}"
-            )));
-        }
-    }
-    Ok((total, ht))
-}
-
-/// The whole, checked records at the front of a read: see [`take_records`].
-#[derive(Debug)]
-pub struct Taken {
-    /// Bytes of whole, good records at the front.
-    pub len: usize,
-    pub summary: RecordsSummary,
-    /// The damaged record right after them, if one stopped the walk.
-    pub bad: Option<WireError>,
-}
-
-/// [`whole_records_prefix`] and [`verify_records`] in one walk, for a sender that checks
-/// what it is about to send: takes the whole records at the front of `bytes` (records from
-/// `first`) up to `max` bytes, checking each as [`verify_records`] does, and stops at the
-/// first damaged one, which it reports in [`Taken::bad`]. One pass reads each record once,
-/// header and body together, so the next header is already on its way into the cache
-/// while a body is hashed; the two passes chased the headers through memory first.
-pub fn take_records(tablet: &TabletId, bytes: &[u8], first: WalPos, max: usize) -> Taken {
-    let mut off = 0usize;
-    let mut summary = RecordsSummary {
-        count: 0,
-        first_ht: None,
-        last_ht: None,
-    };
-    let mut bad = None;
-    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
-        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
-            break;
-        }
-        let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if off + total > bytes.len() || off + total > max {
-            break;
-        }
-        let pos = first.add(off as u64);
-        match check_record(tablet, &h, &bytes[off..off + total], pos, summary.last_ht) {
-            Ok((_, ht)) => {
-                summary.first_ht.get_or_insert(ht);
-                summary.last_ht = Some(ht);
-                summary.count += 1;
-                off += total;
-            }
-            Err(e) => {
-                bad = Some(e);
-                break;
-            }
-        }
-    }
-    Taken {
-        len: off,
-        summary,
-        bad,
-    }
-}
-
-/// Splits `bytes` (records from `first`) at the last record boundary at or below `max`
-/// bytes, reading only headers. Returns the length of the whole-record prefix and the
-/// count and last ht of its records; `0` if the first record alone exceeds `max` (the
-/// caller then sends that one record alone) or `bytes` holds no whole record.
-pub fn whole_records_prefix(bytes: &[u8], max: usize) -> (usize, u32, Option<HybridTime>) {
-    let mut off = 0usize;
-    let mut n = 0u32;
-    let mut ht = None;
-    while let Ok((h, _)) = RecordHeader::read_from_prefix(&bytes[off..]) {
-        let total = RECORD_HEADER_LEN + h.len.get() as usize;
-        if h.len.get() == 0 && h.checksum.get() == 0 && h.kind == 0 {
-            break;
-        }
-        if off + total > bytes.len() || off + total > max {
-            break;
-        }
-        off += total;
-        n += 1;
-        ht = Some(HybridTime(h.ht.get()));
-    }
-    (off, n, ht)
-}
-
-/// Why TLS refused a peer's certificate, read from the error text rustls gives (which QUIC
-/// carries as a connection's close reason): what an operator is told instead of
-/// "invalid peer certificate: BadSignature".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CertRefusal {
-    /// Not signed by the CA configured on the refusing end (`BadSignature`, `UnknownIssuer`).
-    OtherCa,
-    /// Valid, but for other names than the one asked for (`NotValidForName…`).
-    WrongName,
-    /// Expired, or not valid yet.
-    OutOfDate,
-    /// Refused for another reason (the text says which).
-    Other,
-}
-
-impl CertRefusal {
-    /// The refusal `text` describes, if it is one.
-    pub fn of(text: &str) -> Option<CertRefusal> {
-        let cert = text.contains("invalid peer certificate")
-            || text.contains("peer sent no certificates")
-            || text.contains("BadCertificate")
-            || text.contains("UnknownCA")
-            || text.contains("unknown ca")
-            || text.contains("bad certificate")
-            || text.contains("CertificateRequired");
-        if !cert {
-            return None;
-        }
-        Some(
-            if ["BadSignature", "UnknownIssuer", "UnknownCA", "unknown ca"]
-                .iter()
-                .any(|w| text.contains(w))
-            {
-                CertRefusal::OtherCa
-            } else if text.contains("NotValidForName") {
-                CertRefusal::WrongName
-            } else if text.contains("Expired") || text.contains("NotValidYet") {
-                CertRefusal::OutOfDate
-            } else {
-                CertRefusal::Other
-            },
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn cert_refusals_are_read_from_rustls_texts() {
-        let r = |t: &str| CertRefusal::of(t);
-        assert_eq!(
-            r("aborted by peer: the cryptographic handshake failed: error 42: invalid peer certificate: BadSignature"),
-            Some(CertRefusal::OtherCa)
-        );
-        assert_eq!(
-            r("invalid peer certificate: UnknownIssuer"),
-            Some(CertRefusal::OtherCa)
-        );
-        assert_eq!(
-            r("invalid peer certificate: NotValidForNameContext { expected: .. }"),
-            Some(CertRefusal::WrongName)
-        );
-        assert_eq!(
-            r("invalid peer certificate: Expired"),
-            Some(CertRefusal::OutOfDate)
-        );
-        assert_eq!(r("timed out"), None);
-    }
     use super::*;
-    use crate::record::{Body, Op, Record};
+    use tidelog_wal::verify::verify_records;
+    use tidelog_wal::{Body, Op, Record};
 
     fn t(s: &str) -> TabletId {
         s.parse().unwrap()
@@ -1041,28 +593,6 @@ mod tests {
             out.extend(r.encode(first.add(out.len() as u64)).unwrap());
         }
         out
-    }
-
-    /// The receive buffer is raised to what was asked (up to `rmem_max`, past it with
-    /// `CAP_NET_ADMIN`), and 0 leaves the default alone.
-    #[test]
-    fn udp_receive_buffer_is_sized() {
-        let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-        let (_s, default) = bind_udp(any, 0).unwrap();
-        assert_eq!(default.wanted, 0);
-        assert!(default.got > 0);
-        let want = (default.got * 4).max(1 << 20);
-        let (_s, b) = bind_udp(any, want).unwrap();
-        assert_eq!(b.wanted, want);
-        let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        // Without the capability the kernel caps it at rmem_max; with it, it is what was asked.
-        assert!(
-            b.got >= want.min(rmem_max).max(default.got + 1),
-            "{b:?} default {default:?} rmem_max {rmem_max}"
-        );
     }
 
     #[test]
@@ -1215,20 +745,6 @@ mod tests {
         assert_eq!(data_checksum(&dh, &m), base);
     }
 
-    #[test]
-    fn prefix_split_stops_at_a_record_boundary() {
-        let payload = records(WalPos(0), 10);
-        let (n, c, _) = whole_records_prefix(&payload, payload.len());
-        assert_eq!((n, c), (payload.len(), 10));
-        let (n, c, _) = whole_records_prefix(&payload, payload.len() - 1);
-        assert_eq!(c, 9);
-        assert!(verify_records(&t("a"), &payload[..n], WalPos(0), None).is_ok());
-        assert_eq!(whole_records_prefix(&payload, 10).0, 0);
-        let mut zeros = payload.clone();
-        zeros.extend([0u8; 64]);
-        assert_eq!(whole_records_prefix(&zeros, usize::MAX).1, 10);
-    }
-
     mod props {
         use super::*;
         use proptest::prelude::*;
@@ -1237,8 +753,6 @@ mod tests {
             #[test]
             fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
                 let _ = decode(&bytes);
-                let _ = verify_records(&t("x"), &bytes, WalPos(0), None);
-                let _ = whole_records_prefix(&bytes, 256);
             }
 
             #[test]
@@ -1298,44 +812,6 @@ mod tests {
                     c.advance(&payload[..e], payload.len());
                 }
                 prop_assert_eq!(c.finish(&payload), want);
-            }
-
-            /// The one-pass walk takes exactly what the two passes it replaces took: the
-            /// whole-record prefix, cut short at the first damaged record, which it names.
-            #[test]
-            fn take_records_is_prefix_then_verify(
-                n in 1usize..8,
-                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
-                max in any::<prop::sample::Index>(),
-                zero_tail in 0usize..80,
-            ) {
-                let first = WalPos(4096);
-                let mut bytes = records(first, n);
-                for (i, v) in &flips {
-                    let at = i.index(bytes.len());
-                    bytes[at] = *v;
-                }
-                bytes.extend(std::iter::repeat_n(0u8, zero_tail));
-                let max = max.index(bytes.len() + 1);
-                let taken = take_records(&t("p"), &bytes, first, max);
-                let (len, count, last) = whole_records_prefix(&bytes, max);
-                match verify_records(&t("p"), &bytes[..len], first, None) {
-                    Ok(sum) => {
-                        prop_assert!(taken.bad.is_none(), "{:?}", taken.bad);
-                        prop_assert_eq!(taken.len, len);
-                        prop_assert_eq!(taken.summary, sum);
-                        prop_assert_eq!((sum.count, sum.last_ht), (count, last));
-                    }
-                    Err(e) => {
-                        let WireError::BadRecord { pos, .. } = &e else {
-                            return Err(TestCaseError::fail(format!("not a record error: {e}")));
-                        };
-                        prop_assert_eq!(taken.len as u64, pos.since(first));
-                        prop_assert_eq!(taken.bad.as_ref().map(|b| b.to_string()), Some(e.to_string()));
-                        let good = verify_records(&t("p"), &bytes[..taken.len], first, None).unwrap();
-                        prop_assert_eq!(taken.summary, good);
-                    }
-                }
             }
         }
     }
