@@ -135,6 +135,13 @@ impl SqlConn {
         Ok(c)
     }
 
+    /// The connection's socket, for bytes this client would never send (the daemon's tests
+    /// include this file).
+    #[allow(dead_code)]
+    pub fn socket(&mut self) -> &mut TcpStream {
+        &mut self.w
+    }
+
     fn write_packet(&mut self, seq: u8, payload: &[u8]) -> Result<()> {
         self.out.clear();
         self.out

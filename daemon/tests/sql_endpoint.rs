@@ -7,6 +7,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+// The benchmark's minimal client: logs in, then lets a test send any bytes.
+#[allow(dead_code)]
+#[path = "../../bench/src/sqlwire.rs"]
+mod sqlwire;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,36 +19,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::records::{abort, heartbeat, intent, write};
 use common::*;
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
 const PASSWORD: &str = "s3cret-pw";
-
-fn write(t: &str, ht: u64, trx: &str, gtid: &str) -> String {
-    format!(
-        r#"{{"tablet":"{t}","kind":"write","ht":"{ht}","trx_id":"{trx}","gtid":"{gtid}","ops":[{{"key":"w{ht}","value":"v"}}]}}"#
-    )
-}
-fn intent(t: &str, ht: u64, txn: u32, trx: &str) -> String {
-    format!(
-        r#"{{"tablet":"{t}","kind":"intent","ht":"{ht}","txn":"{txn:032x}","trx_id":"{trx}","ops":[{{"key":"i{txn}{t}","value":"v"}}]}}"#
-    )
-}
-fn abort(t: &str, ht: u64, txn: u32, trx: &str) -> String {
-    format!(r#"{{"tablet":"{t}","kind":"abort","ht":"{ht}","txn":"{txn:032x}","trx_id":"{trx}"}}"#)
-}
-fn heartbeat(t: &str, ht: u64) -> String {
-    format!(r#"{{"tablet":"{t}","kind":"heartbeat","ht":"{ht}"}}"#)
-}
-
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A cluster whose applier has `[sql]` on a free port with `sql_extra` keys, and a 0600
 /// password file.

@@ -341,16 +341,8 @@ where
             }
             Ok(Err(e)) => {
                 if let ConnError::Malformed(why) = &e {
-                    m.refused("malformed");
-                    m.error(1835);
                     // The sequence may be off: say why as the next packet, then close.
-                    let _ = w
-                        .fail(&SqlError::new(
-                            1835,
-                            b"HY000",
-                            format!("Malformed packet: {why}"),
-                        ))
-                        .await;
+                    malformed(w, m, why).await;
                 }
                 return Err(e);
             }
@@ -462,15 +454,7 @@ where
                     match packets::execute_params(&body[4..], p.parsed.params, &mut p.bound) {
                         Ok(v) => v,
                         Err(why) => {
-                            m.refused("malformed");
-                            m.error(1835);
-                            let _ = w
-                                .fail(&SqlError::new(
-                                    1835,
-                                    b"HY000",
-                                    format!("Malformed packet: {}", why.0),
-                                ))
-                                .await;
+                            malformed(w, m, &why.0).await;
                             return Err(why.into());
                         }
                     };
@@ -527,6 +511,24 @@ where
         }
         w.flush().await?;
     }
+}
+
+/// Counts a malformed packet and says why (error 1835) before the connection closes;
+/// the client may be gone already.
+async fn malformed<S: AsyncRead + AsyncWrite + Unpin>(
+    w: &mut Wire<S>,
+    m: &crate::metrics::Metrics,
+    why: &str,
+) {
+    m.refused("malformed");
+    m.error(1835);
+    let _ = w
+        .fail(&SqlError::new(
+            1835,
+            b"HY000",
+            format!("Malformed packet: {why}"),
+        ))
+        .await;
 }
 
 fn stmt_id(body: &[u8]) -> Result<u32, ConnError> {
