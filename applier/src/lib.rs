@@ -26,3 +26,4 @@ pub mod retention;
 mod seq_wait;
 pub mod store;
 pub mod trx;
+pub mod trx_json;

@@ -24,6 +24,7 @@ mod load_cmd;
 mod pgwire;
 mod rss;
 mod ship;
+mod sqlwire;
 mod stage_lag;
 mod stats;
 mod trx_bench;

@@ -45,11 +45,20 @@
 //!   first: each look-up then wakes the other CPU, as a client on another core or host
 //!   does; `--pin same` puts all three on one CPU (no cross-CPU wake-up: the servers' own
 //!   cost), `--pin none` leaves placement to the scheduler.
+//! * **SQL endpoint** (`--sql`): the same daemon with `[sql]` on (TLS off); the same look-ups
+//!   as `SELECT trx_status(?)` / `SELECT trx_status(?, ?)`, two server-side prepared
+//!   statements executed over one keep-alive TCP connection by a minimal blocking client
+//!   (`sqlwire.rs`: the binary protocol, no connector library in the measured path), in
+//!   blocks beside the admin API's and PostgreSQL's; a look-up's time is `COM_STMT_EXECUTE`
+//!   sent → the result set's closing EOF received. Every answer is checked.
 //! * Output: a table (case × count, p50/p99/p999/max in µs), the budget verdicts (library
-//!   p99 ≤ 10 µs; admin-API p99 / PostgreSQL p99 ≤ 1.0), and `--json FILE`.
+//!   p99 ≤ 10 µs; admin-API p99 / PostgreSQL p99 ≤ 1.0; with `--sql`, SQL p99 /
+//!   PostgreSQL p99 ≤ 0.8 on every case, and the run exits non-zero when one is missed),
+//!   and `--json FILE`.
 
 use std::collections::HashSet;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -69,6 +78,7 @@ use tidelog_wal::{Body, Gtid, HybridTime, Op, Record, TabletId, TxnId, WalPos};
 
 use crate::e2e::tidelog_exe;
 use crate::pgwire::PgConn;
+use crate::sqlwire::SqlConn;
 use crate::stats::{fmt_int, new_histogram, ns_per_tick, Clock, Latency};
 use crate::wal_bench::{filesystem_of, kernel_release};
 
@@ -80,6 +90,10 @@ const PG_ABORT_EVERY: u64 = 100;
 /// Budgets (issue 5).
 const LIBRARY_P99_BUDGET_NS: u64 = 10_000;
 const API_OVER_PG_P99_BUDGET: f64 = 1.0;
+const SQL_OVER_PG_P99_BUDGET: f64 = 0.8;
+/// The SQL endpoint's user and password in the bench's daemon.
+const SQL_USER: &str = "bench";
+const SQL_PASSWORD: &str = "bench-password";
 
 #[derive(Debug, Args)]
 pub struct TrxArgs {
@@ -158,6 +172,11 @@ pub struct TrxArgs {
     /// that placement, not the server, decides the percentiles of a phase.
     #[arg(long, value_enum, default_value_t = Pin::Split)]
     pin: Pin,
+    /// Also measure the SQL endpoint (`[sql]` on the same daemon): the same look-ups as
+    /// prepared `SELECT trx_status(?[, ?])` over one TCP connection, as many as the admin
+    /// API's; budget p99 ≤ 0.8 × PostgreSQL's on every case.
+    #[arg(long)]
+    sql: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -823,6 +842,7 @@ fn write_applier_config(
     data_dir: &Path,
     tablets: usize,
     cache_size: u64,
+    sql: Option<SocketAddr>,
 ) -> Result<(PathBuf, PathBuf)> {
     let tls = work.join("tls");
     tidelog_testkit::pki::write(&tls)?;
@@ -844,13 +864,80 @@ fn write_applier_config(
         ),
     )
     .with_context(|| format!("writing {}", cfg.display()))?;
+    if let Some(addr) = sql {
+        let pw = work.join("sql-password");
+        std::fs::write(&pw, format!("{SQL_PASSWORD}\n"))
+            .with_context(|| format!("writing {}", pw.display()))?;
+        std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&cfg)?;
+        write!(
+            f,
+            "[sql]\nlisten = \"{addr}\"\nuser = \"{SQL_USER}\"\npassword-file = \"{}\"\ntls = \"off\"\n",
+            pw.display()
+        )?;
+    }
     Ok((cfg, sock))
 }
 
-/// The admin-API side of the comparison: the real daemon and one connection to it.
+/// The SQL side: one connection with the two look-ups prepared.
+struct SqlSide {
+    conn: SqlConn,
+    plain: u32,
+    hinted: u32,
+    answer: String,
+}
+
+impl SqlSide {
+    fn connect(addr: SocketAddr) -> Result<SqlSide> {
+        let mut conn = SqlConn::connect(addr, SQL_USER, SQL_PASSWORD)?;
+        let (plain, _) = conn.prepare("SELECT trx_status(?)")?;
+        let (hinted, _) = conn.prepare("SELECT trx_status(?, ?)")?;
+        Ok(SqlSide {
+            conn,
+            plain,
+            hinted,
+            answer: String::new(),
+        })
+    }
+
+    /// One look-up (not checked: [`SqlSide::check`]).
+    fn lookup(&mut self, q: &Query) -> Result<()> {
+        let got = match &q.hint {
+            Some(h) => self
+                .conn
+                .execute_one(self.hinted, &[&q.trx, h], &mut self.answer)?,
+            None => self
+                .conn
+                .execute_one(self.plain, &[&q.trx], &mut self.answer)?,
+        };
+        if !got {
+            bail!("SQL endpoint: trx_status({}) answered no row", q.trx);
+        }
+        Ok(())
+    }
+
+    /// The state the last look-up answered, against what `case` expects.
+    fn check(&self, case: Case, q: &Query) -> Result<()> {
+        let want = if case.hit() { "COMMITTED" } else { "UNKNOWN" };
+        if self.answer != want {
+            bail!(
+                "SQL endpoint {}: trx_status({}, {:?}) answered {}, expected {want}",
+                case.name(),
+                q.trx,
+                q.hint,
+                self.answer
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The admin-API side of the comparison: the real daemon and one connection to it (and,
+/// with `--sql`, one to its SQL endpoint).
 struct ApiSide {
     daemon: Daemon,
     client: ApiClient,
+    sql: Option<SqlSide>,
 }
 
 impl ApiSide {
@@ -865,12 +952,19 @@ impl ApiSide {
 /// look-up indexes.
 fn start_api(args: &TrxArgs, work: &Path, data_dir: &Path) -> Result<ApiSide> {
     let exe = tidelog_exe()?;
+    let sql_addr = if args.sql {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("a free TCP port")?;
+        Some(l.local_addr()?)
+    } else {
+        None
+    };
     let (cfg, sock) = write_applier_config(
         work,
         data_dir,
         args.tablets,
         args.cache_size
             .unwrap_or(tidelog_applier::store::DEFAULT_CACHE_SIZE),
+        sql_addr,
     )?;
     let log = work.join("applier.log");
     let mut daemon = Daemon::spawn(&exe, "apply", &cfg, &log, "warn")?;
@@ -925,10 +1019,24 @@ fn start_api(args: &TrxArgs, work: &Path, data_dir: &Path) -> Result<ApiSide> {
             warm["index_bytes"].as_u64().unwrap_or(0) >> 20,
             warm["cache_size"].as_u64().unwrap_or(0) >> 20,
         );
-        Ok(client)
+        let sql = match sql_addr {
+            Some(a) => {
+                let s = SqlSide::connect(a)?;
+                println!(
+                    "  SQL endpoint on {a}: SELECT trx_status(?) and trx_status(?, ?) prepared"
+                );
+                Some(s)
+            }
+            None => None,
+        };
+        Ok((client, sql))
     })();
     match r {
-        Ok(client) => Ok(ApiSide { daemon, client }),
+        Ok((client, sql)) => Ok(ApiSide {
+            daemon,
+            client,
+            sql,
+        }),
         Err(e) => {
             if let Err(e2) = daemon.stop(Duration::from_secs(30)) {
                 eprintln!("warning: {e2:#}");
@@ -1521,9 +1629,15 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
                     p.lookup(case, x)?;
                 }
             }
+            if let Some(sq) = api_side.as_mut().and_then(|a| a.sql.as_mut()) {
+                for q in &warm[..warm_n] {
+                    sq.lookup(q)?;
+                    sq.check(case, q)?;
+                }
+            }
             let (na, np) = (paths.len(), pg_timed.len());
             let blocks = (na.max(np) / API_PG_BLOCK).max(1);
-            let (mut ha, mut hp) = (new_histogram()?, new_histogram()?);
+            let (mut ha, mut hp, mut hs) = (new_histogram()?, new_histogram()?, new_histogram()?);
             let m0 = clock.mark();
             for k in 0..blocks {
                 if let Some(a) = &mut api_side {
@@ -1533,6 +1647,15 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
                         let t1 = clock.now();
                         ha.saturating_record(t1.wrapping_sub(t0).max(1));
                         check_api_answer(case, &timed[i], st, &body)?;
+                    }
+                    if let Some(sq) = &mut a.sql {
+                        for q in &timed[k * na / blocks..(k + 1) * na / blocks] {
+                            let t0 = clock.now();
+                            sq.lookup(q)?;
+                            let t1 = clock.now();
+                            hs.saturating_record(t1.wrapping_sub(t0).max(1));
+                            sq.check(case, q)?;
+                        }
                     }
                 }
                 if let Some(p) = &mut pg_side {
@@ -1545,8 +1668,14 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
                 }
             }
             let npt = ns_per_tick(m0, clock.mark());
+            let ns = if api_side.as_ref().is_some_and(|a| a.sql.is_some()) {
+                na
+            } else {
+                0
+            };
             for (path, name, h, n) in [
                 ("admin API", case.name().to_string(), &ha, na),
+                ("SQL endpoint", case.name().to_string(), &hs, ns),
                 ("PostgreSQL pg_xact_status", pg_case_name(case), &hp, np),
             ] {
                 if n == 0 {
@@ -1609,21 +1738,26 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     }
     for c in Case::ALL {
         let pg_case = pg_case_name(c);
-        if let (Some(a), Some(p)) = (
-            find("admin API", c.name()),
-            find("PostgreSQL pg_xact_status", &pg_case),
-        ) {
-            let r = a as f64 / p.max(1) as f64;
-            ratios.push(Ratio {
-                what: format!("admin API {} p99 / PostgreSQL {pg_case} p99", c.name()),
-                value: r,
-            });
-            budgets.push(Budget {
-                what: format!("admin API {} p99 / PostgreSQL p99 ≤ 1.0", c.name()),
-                actual: r,
-                target: API_OVER_PG_P99_BUDGET,
-                pass: r <= API_OVER_PG_P99_BUDGET,
-            });
+        for (path, target) in [
+            ("admin API", API_OVER_PG_P99_BUDGET),
+            ("SQL endpoint", SQL_OVER_PG_P99_BUDGET),
+        ] {
+            if let (Some(a), Some(p)) = (
+                find(path, c.name()),
+                find("PostgreSQL pg_xact_status", &pg_case),
+            ) {
+                let r = a as f64 / p.max(1) as f64;
+                ratios.push(Ratio {
+                    what: format!("{path} {} p99 / PostgreSQL {pg_case} p99", c.name()),
+                    value: r,
+                });
+                budgets.push(Budget {
+                    what: format!("{path} {} p99 / PostgreSQL p99 ≤ {target:.1}", c.name()),
+                    actual: r,
+                    target,
+                    pass: r <= target,
+                });
+            }
         }
         if let (Some(a), Some(p)) = (
             find("library", c.name()),
@@ -1638,13 +1772,22 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
     for r in &ratios {
         println!("ratio {:<82} {:>8.3}", r.what, r.value);
     }
+    let sql_budgets = budgets
+        .iter()
+        .filter(|b| b.what.starts_with("SQL endpoint"))
+        .count();
+    let sql_missed: Vec<String> = budgets
+        .iter()
+        .filter(|b| b.what.starts_with("SQL endpoint") && !b.pass)
+        .map(|b| format!("{} (actual {:.3})", b.what, b.actual))
+        .collect();
     for b in &budgets {
         println!(
             "budget {:<60} actual {:>8.3}  target {:>5}  {}",
             b.what,
             b.actual,
             b.target,
-            if b.pass { "PASS" } else { "FAIL" }
+            if b.pass { "PASS" } else { "MISS" }
         );
     }
     if let Some(why) = &pg_skipped {
@@ -1686,6 +1829,14 @@ fn run_in(args: &TrxArgs, work: &Path) -> Result<()> {
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         f.write_all(&serde_json::to_vec_pretty(&report)?)?;
         println!("JSON written to {}", path.display());
+    }
+    if args.sql {
+        if sql_budgets == 0 {
+            bail!("--sql: no SQL budget could be checked (PostgreSQL skipped or no admin API)");
+        }
+        if !sql_missed.is_empty() {
+            bail!("SQL endpoint budget missed: {}", sql_missed.join("; "));
+        }
     }
     Ok(())
 }

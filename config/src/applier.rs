@@ -108,6 +108,8 @@ pub struct ApplierConfig {
     /// Log filter (`info`, `debug`, `tidelog_applier=debug,info`, …). RUST_LOG and
     /// `--log-level` override it. Default `info`.
     pub log_level: String,
+    /// The MySQL-protocol endpoint. Default unset: off.
+    pub sql: Option<crate::sql::SqlConfig>,
 }
 
 /// The most apply threads `apply-threads` may ask for.
@@ -157,6 +159,7 @@ impl Default for ApplierConfig {
             quic: QuicConfig::default(),
             metrics_listen: None,
             log_level: DEFAULT_LOG_LEVEL.to_string(),
+            sql: None,
         }
     }
 }
@@ -168,6 +171,9 @@ impl ApplierConfig {
         validate_log_level(&self.log_level)?;
         self.tls.validate()?;
         self.quic.validate()?;
+        if let Some(sql) = &self.sql {
+            sql.validate()?;
+        }
         if self.segment_size < 64 << 10 {
             bail!(
                 "key \"segment-size\": {} is below the minimum 64KiB",

@@ -30,6 +30,7 @@ mod parse;
 mod quic;
 mod shipper;
 pub mod small_file;
+mod sql;
 mod tls;
 mod units;
 
@@ -41,6 +42,7 @@ pub use memory::ApplierBound;
 pub use parse::parse_str;
 pub use quic::QuicConfig;
 pub use shipper::{default_shipper_id, IoEngine, ShipperConfig, MAX_LANES};
+pub use sql::{SqlConfig, SqlTls, MAX_CONNECTIONS as SQL_MAX_CONNECTIONS};
 pub use tls::TlsConfig;
 pub use units::{parse_duration, parse_size};
 

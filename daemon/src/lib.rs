@@ -22,3 +22,4 @@ pub mod preflight;
 pub mod service;
 pub mod shipper_daemon;
 pub mod signals;
+pub mod sql_config;

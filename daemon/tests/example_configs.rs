@@ -28,14 +28,17 @@ fn known_keys<T: serde::de::DeserializeOwned + std::fmt::Debug>(section: &str) -
         .collect()
 }
 
-fn assert_documents_every_key<T: serde::de::DeserializeOwned + std::fmt::Debug>(file: &str) {
+fn assert_documents_every_key<T: serde::de::DeserializeOwned + std::fmt::Debug>(
+    file: &str,
+    sections: &[&str],
+) {
     let text = std::fs::read_to_string(example(file)).unwrap();
     let mut checked = 0;
-    for section in ["", "tls", "quic"] {
+    for &section in sections {
         let keys = known_keys::<T>(section);
         assert!(!keys.is_empty(), "{section}");
         for k in keys {
-            if k == "tls" || k == "quic" {
+            if section.is_empty() && sections.contains(&k.as_str()) {
                 continue;
             }
             let documented = text.lines().any(|l| {
@@ -56,14 +59,14 @@ fn assert_documents_every_key<T: serde::de::DeserializeOwned + std::fmt::Debug>(
 fn applier_example_parses_to_the_defaults_and_documents_every_key() {
     let c = load_applier(&example("applier.toml")).unwrap();
     assert_eq!(c, ApplierConfig::default());
-    assert_documents_every_key::<ApplierConfig>("applier.toml");
+    assert_documents_every_key::<ApplierConfig>("applier.toml", &["", "tls", "quic", "sql"]);
 }
 
 #[test]
 fn shipper_example_parses_to_the_defaults_and_documents_every_key() {
     let c = load_shipper(&example("shipper.toml")).unwrap();
     assert_eq!(c, ShipperConfig::default());
-    assert_documents_every_key::<ShipperConfig>("shipper.toml");
+    assert_documents_every_key::<ShipperConfig>("shipper.toml", &["", "tls", "quic"]);
 }
 
 #[test]
@@ -85,4 +88,22 @@ fn units_name_the_example_paths() {
             "{cfg}"
         );
     }
+}
+
+/// The example's `[sql]` table is commented out (the endpoint is off by default); with its
+/// keys uncommented it parses to the documented defaults.
+#[test]
+fn applier_example_sql_table_states_the_defaults() {
+    let text = std::fs::read_to_string(example("applier.toml")).unwrap();
+    let (_, table) = text.split_once("# [sql]\n").unwrap();
+    let keys: Vec<&str> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("# "))
+        .filter(|l| l.contains(" = "))
+        .collect();
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    let c: ApplierConfig = parse_str(&format!("[sql]\n{}", keys.join("\n"))).unwrap();
+    assert_eq!(c.sql, Some(tidelog::config::SqlConfig::default()));
+    let off: ApplierConfig = parse_str("").unwrap();
+    assert_eq!(off.sql, None);
 }

@@ -12,14 +12,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `/metrics` through the admin socket.
 fn scrape_socket(socket: &Path) -> String {
     let (status, text) = scrape(socket).expect("the daemon answering /metrics");

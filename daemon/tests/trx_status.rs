@@ -9,35 +9,12 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::records::*;
 use common::*;
 use serde_json::Value;
 
 fn append(wal: &std::path::Path, lines: &[String]) {
     wal_append(wal, lines);
-}
-
-fn write(t: &str, ht: u64, trx: &str, gtid: &str) -> String {
-    format!(
-        r#"{{"tablet":"{t}","kind":"write","ht":"{ht}","trx_id":"{trx}","gtid":"{gtid}","ops":[{{"key":"w{ht}","value":"v"}}]}}"#
-    )
-}
-fn intent(t: &str, ht: u64, txn: u32, trx: &str) -> String {
-    format!(
-        r#"{{"tablet":"{t}","kind":"intent","ht":"{ht}","txn":"{txn:032x}","trx_id":"{trx}","ops":[{{"key":"i{txn}{t}","value":"v"}}]}}"#
-    )
-}
-fn commit(t: &str, ht: u64, txn: u32, parts: &[&str], trx: &str, gtid: &str) -> String {
-    let p: Vec<String> = parts.iter().map(|p| format!("\"{p}\"")).collect();
-    format!(
-        r#"{{"tablet":"{t}","kind":"commit","ht":"{ht}","txn":"{txn:032x}","participants":[{}],"trx_id":"{trx}","gtid":"{gtid}"}}"#,
-        p.join(",")
-    )
-}
-fn abort(t: &str, ht: u64, txn: u32, trx: &str) -> String {
-    format!(r#"{{"tablet":"{t}","kind":"abort","ht":"{ht}","txn":"{txn:032x}","trx_id":"{trx}"}}"#)
-}
-fn heartbeat(t: &str, ht: u64) -> String {
-    format!(r#"{{"tablet":"{t}","kind":"heartbeat","ht":"{ht}"}}"#)
 }
 
 fn trx(c: &Cluster, path_and_query: &str) -> Value {

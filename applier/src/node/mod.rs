@@ -3,7 +3,8 @@
 //! binlog retention, received-log retention and, on a promoted target, the cutover's
 //! clean-up — and the typed calls on [`Applier`] are everything a caller (the daemon's
 //! admin API, tests) does with it: `status`, `read`, `scan`, `safe_time`, `trx_status`,
-//! `binlog`, `promote`, `pause`, `metrics`, `shutdown`. Errors are [`Error`], one variant
+//! `binlog`, `gtid_current_pos`, `wait_gtid_pos`, `promote`, `pause`, `metrics`,
+//! `shutdown`. Errors are [`Error`], one variant
 //! per answer a caller branches on.
 //!
 //! ```text
@@ -14,6 +15,7 @@
 //!    read.rs         ReadMode, the read time and staleness policy, read, scan
 //!    safe_time.rs    the safe time per tablet and overall, waiting for it
 //!    trx_wait.rs     trx_status with its async wait
+//!    gtid_pos.rs     gtid positions: the visible one, waiting for one
 //!    binlog_read.rs  the visible binlog from a gtid (expired or not visible)
 //!    promote.rs      the cutover sequence
 //!    status.rs       status, liveness
@@ -26,6 +28,7 @@
 mod applier;
 mod binlog_read;
 mod error;
+mod gtid_pos;
 mod metrics;
 mod promote;
 mod read;
@@ -39,6 +42,7 @@ mod workers;
 pub use applier::{Applier, ApplierOptions};
 pub use binlog_read::BinlogPage;
 pub use error::{Error, Result};
+pub use gtid_pos::{wait_seconds, GtidPos};
 pub use metrics::tablet_states;
 pub use read::{Read, ReadMode, Scan};
 pub use safe_time::{SafeTimeStatus, TabletSafeTime};

@@ -326,32 +326,73 @@ impl Binlog {
     pub fn commits_above(&self, cut: HybridTime) -> Result<u64> {
         let mut lost = 0u64;
         for d in self.domains()? {
-            let Some(first) = self.gtid_at_or_after(d, 0)? else {
+            let Some((first, last)) = self.domain_ends(d)? else {
                 continue;
             };
-            let Some(g) = self.gtid.prefix(d.to_be_bytes()).next_back() else {
-                continue;
-            };
-            let (k, v) = g.into_inner().map_err(Error::store("read gtid"))?;
-            let last = decode_gtid(&k, &v)
-                .map_err(|r| Error::corrupt(GTID, format!("key {}", k.escape_ascii()), r))?;
-            let below = if first.commit_ht > cut {
-                first.gtid.seq.saturating_sub(1)
-            } else {
-                // Largest s with f(s) ≤ cut, f(s) = commit_ht of the first entry ≥ s.
-                let (mut lo, mut hi) = (first.gtid.seq, last.gtid.seq);
-                while lo < hi {
-                    let mid = lo + (hi - lo).div_ceil(2);
-                    match self.gtid_at_or_after(d, mid)? {
-                        Some(e) if e.commit_ht <= cut => lo = mid,
-                        _ => hi = mid - 1,
-                    }
-                }
-                lo
+            let below = match self.last_at_or_below(d, &first, &last, cut)? {
+                Some(seq) => seq,
+                None => first.gtid.seq.saturating_sub(1),
             };
             lost += last.gtid.seq.saturating_sub(below);
         }
         Ok(lost)
+    }
+
+    /// The visible position at `upto`: per domain (in order), the commit with the highest
+    /// seq whose `commit_ht ≤ upto` (O(log n) seeks a domain). A domain none of whose
+    /// retained commits is at or below `upto` is left out.
+    pub fn visible_pos(&self, upto: HybridTime) -> Result<Vec<Gtid>> {
+        let mut out = Vec::new();
+        for d in self.domains()? {
+            let Some((first, last)) = self.domain_ends(d)? else {
+                continue;
+            };
+            if let Some(seq) = self.last_at_or_below(d, &first, &last, upto)? {
+                if let Some(e) = self.gtid_at_or_after(d, seq)? {
+                    out.push(e.gtid);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The oldest and newest retained commits of domain `d`.
+    fn domain_ends(&self, d: u32) -> Result<Option<(GtidEntry, GtidEntry)>> {
+        let Some(first) = self.gtid_at_or_after(d, 0)? else {
+            return Ok(None);
+        };
+        let Some(g) = self.gtid.prefix(d.to_be_bytes()).next_back() else {
+            return Ok(None);
+        };
+        let (k, v) = g.into_inner().map_err(Error::store("read gtid"))?;
+        let last = decode_gtid(&k, &v)
+            .map_err(|r| Error::corrupt(GTID, format!("key {}", k.escape_ascii()), r))?;
+        Ok(Some((first, last)))
+    }
+
+    /// The highest seq of domain `d` (between its ends `first` and `last`) whose commit is
+    /// at or below `cut`, by binary search: gtid sequence numbers grow by one per commit in
+    /// commit order (docs/ARCHITECTURE.md, "Concepts"). `None` when `first` is above it.
+    fn last_at_or_below(
+        &self,
+        d: u32,
+        first: &GtidEntry,
+        last: &GtidEntry,
+        cut: HybridTime,
+    ) -> Result<Option<u64>> {
+        if first.commit_ht > cut {
+            return Ok(None);
+        }
+        // Largest s with f(s) ≤ cut, f(s) = commit_ht of the first entry ≥ s.
+        let (mut lo, mut hi) = (first.gtid.seq, last.gtid.seq);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            match self.gtid_at_or_after(d, mid)? {
+                Some(e) if e.commit_ht <= cut => lo = mid,
+                _ => hi = mid - 1,
+            }
+        }
+        Ok(Some(lo))
     }
 
     /// Removes, into `b`, up to `max` entries with `commit_ht < before` and their index

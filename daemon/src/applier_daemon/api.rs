@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tidelog_applier::node::{self, Applier, ReadMode};
 use tidelog_applier::store::{Cutover, Role};
-use tidelog_applier::trx::TrxStatus;
+use tidelog_applier::trx_json::trx_json;
+use tidelog_sql::SqlServer;
 use tidelog_wal::{Gtid, HybridTime, TabletId};
 
 use crate::admin::{self, ApiError, ApiQuery, JsonBytes};
@@ -25,17 +26,27 @@ pub struct ApplierState {
     pub applier: Applier,
     /// The configuration, for the memory bound `/v1/status` reports.
     pub config: Arc<ApplierConfig>,
-    /// The metric families, registered once ([`Applier::metrics`]).
+    /// The SQL endpoint, when `[sql]` turns it on.
+    pub sql: Option<Arc<SqlServer>>,
+    /// The metric families, registered once ([`Applier::metrics`], the SQL endpoint's).
     registry: Arc<prometheus_client::registry::Registry>,
 }
 
 impl ApplierState {
-    pub fn new(applier: Applier, config: Arc<ApplierConfig>) -> ApplierState {
+    pub fn new(
+        applier: Applier,
+        config: Arc<ApplierConfig>,
+        sql: Option<Arc<SqlServer>>,
+    ) -> ApplierState {
         let mut registry = prometheus_client::registry::Registry::default();
         applier.metrics(&mut registry);
+        if let Some(s) = &sql {
+            s.metrics(&mut registry);
+        }
         ApplierState {
             applier,
             config,
+            sql,
             registry: Arc::new(registry),
         }
     }
@@ -194,6 +205,11 @@ async fn status(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> 
         "runtime_threads": tokio::runtime::Handle::current().metrics().num_workers(),
         // Requests parked on the safe time (`wait-for`, a `trx_status` hint), and the cap.
         "admin_waiters": {"waiting": st.waiters.0, "max": st.waiters.1},
+        // The SQL endpoint (`[sql]`), `null` when it is off.
+        "sql": s.sql.as_ref().map(|q| json!({
+            "listen": q.local_addr().to_string(),
+            "connections": q.connections(),
+        })),
         "tablets": rows,
     })))
 }
@@ -409,48 +425,6 @@ struct TrxParams {
     wait: Option<String>,
 }
 
-/// A value shown with its `Display`, serialized as a JSON string without an intermediate
-/// `String`.
-struct Shown<T>(T);
-
-impl<T: std::fmt::Display> serde::Serialize for Shown<T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
-    }
-}
-
-/// The JSON of a `trx_status` answer, serialized straight from the answer (no `Value`
-/// tree: this is the route clients poll after a failure). Fields in alphabetical order, as
-/// every other object the API renders through `serde_json::Value`.
-#[derive(serde::Serialize)]
-struct TrxJson<'a> {
-    caught_up: bool,
-    commit_ht: Option<Shown<u64>>,
-    connect_id: Option<Shown<u64>>,
-    gtid: Option<Shown<Gtid>>,
-    reason: Option<&'a str>,
-    safe_time: Option<Shown<u64>>,
-    state: &'static str,
-    trx_id: &'a str,
-    txn: Option<Shown<tidelog_wal::TxnId>>,
-    waits_for: Option<&'a str>,
-}
-
-fn trx_json(a: &TrxStatus) -> TrxJson<'_> {
-    TrxJson {
-        caught_up: a.caught_up,
-        commit_ht: a.commit_ht.map(|h| Shown(h.0)),
-        connect_id: a.connect_id.map(Shown),
-        gtid: a.gtid.map(Shown),
-        reason: a.reason.as_deref(),
-        safe_time: a.safe_time.map(|h| Shown(h.0)),
-        state: a.state.name(),
-        trx_id: &a.trx_id,
-        txn: a.txn.map(Shown),
-        waits_for: a.waits_for.as_deref(),
-    }
-}
-
 /// `GET /v1/trx/{trx_id}?gtid=G&wait=D`. Every id, however malformed, gets an answer
 /// (`UNKNOWN` with a reason) — also one that is not UTF-8 or has a bad `%` escape, so the
 /// id is taken from the raw path; only a bad `wait` is a 400. The look-up is a few point
@@ -557,97 +531,4 @@ fn cutover_json(c: &Cutover) -> Value {
 async fn promote(State(s): State<ApplierState>) -> Result<Json<Value>, ApiError> {
     let c = s.applier.promote().await.map_err(api_error)?;
     Ok(Json(cutover_json(&c)))
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-    use tidelog_applier::trx::TrxState;
-
-    /// The answer's JSON carries every field, absent ones as `null`, with ids and hybrid
-    /// times as strings (the shape `tidelog ctl trx-status --json` and clients parse).
-    #[test]
-    fn trx_json_has_every_field_as_strings_or_null() {
-        let g = Gtid {
-            domain: 3,
-            server: 7,
-            seq: 42,
-        };
-        let txn = tidelog_wal::TxnId::from_u128(0xabc);
-        let a = TrxStatus {
-            trx_id: "12:34".into(),
-            state: TrxState::Committed,
-            reason: None,
-            gtid: Some(g),
-            commit_ht: Some(HybridTime(u64::MAX - 1)),
-            connect_id: Some(12),
-            txn: Some(txn),
-            waits_for: None,
-            safe_time: Some(HybridTime(99)),
-            caught_up: true,
-        };
-        let got: Value =
-            serde_json::from_slice(&serde_json::to_vec(&trx_json(&a)).unwrap()).unwrap();
-        let want = json!({
-            "trx_id": "12:34",
-            "state": "COMMITTED",
-            "reason": null,
-            "gtid": g.to_string(),
-            "commit_ht": (u64::MAX - 1).to_string(),
-            "connect_id": "12",
-            "txn": txn.to_string(),
-            "waits_for": null,
-            "safe_time": "99",
-            "caught_up": true,
-        });
-        assert_eq!(got, want);
-        let u = TrxStatus {
-            state: TrxState::Unknown,
-            reason: Some("never seen".into()),
-            gtid: None,
-            commit_ht: None,
-            connect_id: None,
-            txn: None,
-            waits_for: Some("x".into()),
-            safe_time: None,
-            caught_up: false,
-            ..a
-        };
-        let got: Value =
-            serde_json::from_slice(&serde_json::to_vec(&trx_json(&u)).unwrap()).unwrap();
-        assert_eq!(got["reason"], "never seen");
-        assert_eq!(got["waits_for"], "x");
-        for k in ["gtid", "commit_ht", "connect_id", "txn", "safe_time"] {
-            assert!(got[k].is_null(), "{k}: {got}");
-        }
-        assert_eq!(got.as_object().unwrap().len(), 10);
-    }
-
-    /// A store that takes no writes for now answers 503 with its own code, any other store
-    /// failure 500; each keeps the store's message.
-    #[test]
-    fn store_errors_map_to_their_status() {
-        use tidelog_applier::disk::DiskFull;
-        use tidelog_applier::error::Error as StoreError;
-        let full = DiskFull {
-            path: "/data/store".into(),
-            message: "no space left on device at /data/store".into(),
-        };
-        let e = api_error(node::Error::Store(StoreError::DiskFull(full)));
-        assert_eq!((e.status.as_u16(), e.code.as_str()), (503, "disk_full"));
-        assert_eq!(e.message, "no space left on device at /data/store");
-        let e = api_error(node::Error::Store(StoreError::Unavailable {
-            path: "/data/store".into(),
-            reason: "reopening".into(),
-        }));
-        assert_eq!(
-            (e.status.as_u16(), e.code.as_str()),
-            (503, "store_unavailable")
-        );
-        assert!(e.message.contains("reopening"), "{}", e.message);
-        let e = api_error(node::Error::Store(StoreError::Invalid("x".into())));
-        assert_eq!((e.status.as_u16(), e.code.as_str()), (500, "internal"));
-    }
 }

@@ -15,6 +15,7 @@ use tidelog_applier::intake::IntakeOptions;
 use tidelog_applier::node::{Applier, ApplierOptions, MAX_WAITERS};
 use tidelog_applier::store::StoreOptions;
 use tidelog_net::tls::TlsMaterial;
+use tidelog_sql::{SqlOptions, SqlServer};
 
 use crate::admin;
 use crate::config::{self, ApplierConfig};
@@ -30,7 +31,7 @@ const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(50);
 /// first side effect ([`preflight`]) and exits.
 pub fn run(config_path: &Path, check: bool) -> Result<()> {
     let cfg = config::check_applier(config_path)?;
-    let (tls, warnings) = preflight(&cfg).map_err(|e| config::named(config_path, &e))?;
+    let (tls, sql, warnings) = preflight(&cfg).map_err(|e| config::named(config_path, &e))?;
     config::report_warnings(config_path, &warnings, check);
     if check {
         println!("{}: ok", config_path.display());
@@ -42,7 +43,7 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    rt.block_on(serve(cfg, tls))
+    rt.block_on(serve(cfg, tls, sql))
 }
 
 /// Everything a start would refuse, found without side effects: all `--check` does after
@@ -51,10 +52,12 @@ pub fn run(config_path: &Path, check: bool) -> Result<()> {
 /// from it; checks the intake's options as its received logs' writers will
 /// (`segment-size`), `data-dir` a directory it can write or make (and a QUIC reset key
 /// there readable), the `listen` and `metrics-listen` addresses free, and the admin socket
-/// bindable ([`admin::check_bind`]). The error names the key (`key "tls.key": …`), also
-/// for a certificate that expired or is not valid yet; the warnings are a private key
-/// others can read and a certificate that expires within 30 days.
-fn preflight(cfg: &ApplierConfig) -> Result<(TlsMaterial, Vec<String>)> {
+/// bindable ([`admin::check_bind`]); with `[sql]`, its password file (read, and refused
+/// when group or others can read it), its TLS configuration and its TCP address free
+/// ([`crate::sql_config::sql_options`]). The error names the key (`key "tls.key":
+/// …`), also for a certificate that expired or is not valid yet; the warnings are a
+/// private key others can read and a certificate that expires within 30 days.
+fn preflight(cfg: &ApplierConfig) -> Result<(TlsMaterial, Option<SqlOptions>, Vec<String>)> {
     let (tls, warnings) = TlsMaterial::load_checked(&cfg.tls.files())?;
     tidelog_net::tls::server_config(&tls, &cfg.quic.tuning()).context("[tls]")?;
     intake_options(cfg)
@@ -67,7 +70,15 @@ fn preflight(cfg: &ApplierConfig) -> Result<(TlsMaterial, Vec<String>)> {
         preflight::tcp_free("metrics-listen", addr)?;
     }
     admin::check_bind(&cfg.admin_socket)?;
-    Ok((tls, warnings))
+    let sql = match &cfg.sql {
+        None => None,
+        Some(s) => {
+            let o = crate::sql_config::sql_options(s, &tls)?;
+            preflight::tcp_free("sql.listen", s.listen)?;
+            Some(o)
+        }
+    };
+    Ok((tls, sql, warnings))
 }
 
 /// The intake's options from the config (its TLS material apart).
@@ -104,7 +115,7 @@ fn options(cfg: &ApplierConfig, tls: TlsMaterial) -> ApplierOptions {
     }
 }
 
-async fn serve(cfg: ApplierConfig, tls: TlsMaterial) -> Result<()> {
+async fn serve(cfg: ApplierConfig, tls: TlsMaterial, sql: Option<SqlOptions>) -> Result<()> {
     // Before anything slow: a SIGTERM from now on is handled, never the default kill.
     let mut signals = Signals::install()?;
     notify::status("recovering: opening the store and the received logs");
@@ -121,7 +132,12 @@ async fn serve(cfg: ApplierConfig, tls: TlsMaterial) -> Result<()> {
             return Ok(());
         }
     }
-    let state = ApplierState::new(applier.clone(), Arc::new(cfg.clone()));
+    // Bound before READY=1, like the admin socket.
+    let sql = match sql {
+        Some(o) => Some(Arc::new(SqlServer::start(applier.clone(), o).await?)),
+        None => None,
+    };
+    let state = ApplierState::new(applier.clone(), Arc::new(cfg.clone()), sql.clone());
     let stop = admin::StopSignal::new();
     let stopped = || stop.stopped();
     // Bound before READY=1: `tidelog ctl` works as soon as systemd says the unit started.
@@ -151,6 +167,9 @@ async fn serve(cfg: ApplierConfig, tls: TlsMaterial) -> Result<()> {
     notify::stopping();
     if let Some(t) = status_task {
         t.abort();
+    }
+    if let Some(sql) = &sql {
+        sql.shutdown().await;
     }
     notify::status("stopping: writing queued frames");
     applier.shutdown().await?;

@@ -410,6 +410,13 @@ pub fn applier_status(v: &Value, st: Option<&Value>) -> String {
     if let Some(l) = v["listen"].as_str().filter(|l| !l.is_empty()) {
         let _ = write!(role, ", QUIC on udp {l}");
     }
+    if let Some(l) = v["sql"]["listen"].as_str() {
+        let _ = write!(
+            role,
+            ", SQL on tcp {l} ({} connections)",
+            u(&v["sql"]["connections"])
+        );
+    }
     if let Value::Object(c) = &v["cutover"] {
         let _ = write!(
             role,
@@ -710,6 +717,15 @@ mod tests {
         }
         assert!(!s.contains("lookup_cache"), "{s}");
         assert!(s.contains("117.7 MiB"), "{s}");
+        // With the SQL endpoint on, the first line says where and how busy.
+        let mut with_sql = status.clone();
+        with_sql["sql"] = json!({"listen": "127.0.0.1:3307", "connections": 3});
+        let s = applier_status(&with_sql, Some(&st));
+        assert_eq!(
+            s.lines().next().unwrap(),
+            "applier    replica, QUIC on udp 127.0.0.1:7400, SQL on tcp 127.0.0.1:3307 (3 connections)",
+            "{s}"
+        );
     }
 
     #[test]

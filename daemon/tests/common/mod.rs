@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod prom;
+pub mod records;
 
 /// Set (by `.ci/run`) to make the checks by external tools (promtool, systemd-analyze)
 /// mandatory; without it a test whose tool is missing skips that check with a note.
@@ -75,6 +76,15 @@ pub fn tidelog_bounded_in(
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().unwrap()
+}
+
+/// A TCP port free right now on 127.0.0.1.
+pub fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A UDP port free right now on 127.0.0.1.

@@ -112,6 +112,18 @@ pub fn server_crypto(m: &TlsMaterial) -> Result<ServerConfig> {
     Ok(tls)
 }
 
+/// A TCP server's TLS configuration with this end's certificate and key and no client
+/// certificate (the SQL endpoint: MySQL clients authenticate with a password): TLS 1.2
+/// and 1.3, which every MySQL/MariaDB client library speaks.
+pub fn server_crypto_password_clients(m: &TlsMaterial) -> Result<ServerConfig> {
+    ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("TLS 1.2 and 1.3")?
+        .with_no_client_auth()
+        .with_single_cert(m.chain.clone(), m.key.clone_key())
+        .context("certificate and key do not form a usable pair")
+}
+
 /// The shipper's TLS 1.3 client configuration: the applier's certificate must chain to
 /// `m.ca` (and name the server it dials); presents its own certificate and key. ALPN
 /// [`ALPN`].
