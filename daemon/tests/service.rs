@@ -1,4 +1,4 @@
-//! The daemons as systemd services (issue #7). The test plays systemd's side: a
+//! The daemons as systemd services. The test plays systemd's side: a
 //! `NOTIFY_SOCKET` datagram socket, `WATCHDOG_USEC` and `WATCHDOG_PID` (the daemon's own pid,
 //! set by a `sh -c 'WATCHDOG_PID=$$ exec …'` wrapper) and checks the order of what the real
 //! `tidelog apply` / `tidelog ship` binaries say: `STATUS=` first, `READY=1` only once the
